@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+const workspace = "/workspace"
+
+// Options configure the agent; they arrive as command-line flags.
+type Options struct {
+	Preload []string // Python modules the zygote imports before the first run
+}
+
+// Agent serves one sandbox.
+type Agent struct {
+	env    []string
+	node   string
+	reaper *reaper
+	zygote *zygote
+
+	outMu sync.Mutex
+	out   *json.Encoder
+}
+
+// Run serves requests from in until it reaches EOF.
+func Run(in io.Reader, out io.Writer, opts Options) error {
+	// Nothing in the sandbox may ptrace us or write our memory, even with our uid.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// As PID 1 we only get the signals we handle. Handling (not ignoring) them
+	// keeps the runs we start at default dispositions.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP,
+		syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM)
+
+	bw := bufio.NewWriterSize(out, 64*1024)
+	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw)}
+	flush := func() { bw.Flush() }
+	a.node, _ = exec.LookPath("node")
+
+	ready := Ready{}
+	if python, err := exec.LookPath("python3"); err == nil {
+		z, err := startZygote(a.reaper, python, opts.Preload, a.env)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		} else {
+			a.zygote = z
+			ready = z.ready
+		}
+	}
+	a.send(Event{Type: EvReady, Ready: &ready}, flush)
+
+	dec := json.NewDecoder(bufio.NewReaderSize(in, 256*1024))
+	for {
+		var req Request
+		if err := dec.Decode(&req); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("read request: %w", err)
+		}
+		go a.handle(req, flush)
+	}
+}
+
+func (a *Agent) send(ev Event, flush func()) {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	a.out.Encode(ev)
+	flush()
+}
+
+func (a *Agent) handle(req Request, flush func()) {
+	reply := func(ev Event) {
+		ev.ID = req.ID
+		a.send(ev, flush)
+	}
+	switch req.Op {
+	case OpExec:
+		if req.Exec == nil {
+			reply(Event{Type: EvError, Error: "exec without body"})
+			return
+		}
+		res, err := a.run(req.Exec, func(stream string, data []byte) {
+			reply(Event{Type: EvOutput, Stream: stream, Data: data})
+		})
+		if err != nil {
+			reply(Event{Type: EvError, Error: err.Error()})
+			return
+		}
+		reply(Event{Type: EvResult, Result: res})
+	case OpScrub:
+		if err := a.scrub(); err != nil {
+			reply(Event{Type: EvError, Error: err.Error()})
+			return
+		}
+		reply(Event{Type: EvDone})
+	case OpPing:
+		reply(Event{Type: EvDone})
+	default:
+		reply(Event{Type: EvError, Error: fmt.Sprintf("unknown op %q", req.Op)})
+	}
+}

@@ -1,0 +1,234 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// drainGrace is how long output is still read after the run's main process
+// exited, for a background child that still holds the pipe. Past it the run
+// is reported; the scrub deals with the straggler.
+const drainGrace = 50 * time.Millisecond
+
+// capture reads one output stream, keeping the first limit bytes and
+// draining (and counting) the rest so the writer never blocks on a full pipe.
+type capture struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	limit     int
+	truncated bool
+	done      chan struct{}
+}
+
+func (c *capture) read(f *os.File, emit func([]byte)) {
+	defer close(c.done)
+	p := make([]byte, 32*1024)
+	for {
+		n, err := f.Read(p)
+		if n > 0 {
+			c.mu.Lock()
+			room := c.limit - c.buf.Len()
+			keep := min(n, max(room, 0))
+			c.buf.Write(p[:keep])
+			if keep < n {
+				c.truncated = true
+			}
+			c.mu.Unlock()
+			if emit != nil && keep > 0 {
+				emit(append([]byte(nil), p[:keep]...))
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *capture) result() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf.Bytes()...), c.truncated
+}
+
+// writeFiles places the request's files under /workspace, refusing paths
+// that leave it.
+func writeFiles(files map[string][]byte) error {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := filepath.Join(workspace, name)
+		if !strings.HasPrefix(p, workspace+"/") {
+			return fmt.Errorf("file %q is outside /workspace", name)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("file %q: %w", name, err)
+		}
+		if err := os.WriteFile(p, files[name], 0o644); err != nil {
+			return fmt.Errorf("file %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func envList(base []string, extra map[string]string) []string {
+	env := append([]string(nil), base...)
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// run executes one request and reports how it ended.
+func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*ExecResult, error) {
+	if err := writeFiles(req.Files); err != nil {
+		return nil, err
+	}
+	env := envList(a.env, req.Env)
+
+	var pipes [3][2]*os.File // [stream][read, write]
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	closeAll := func() {
+		for _, p := range pipes {
+			p[0].Close()
+			p[1].Close()
+		}
+	}
+	stdio := [3]*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}
+
+	start := time.Now()
+	var pid int
+	var exit <-chan exitInfo
+	var err error
+	switch req.Language {
+	case "python":
+		if a.zygote == nil || !a.zygote.alive() {
+			closeAll()
+			return nil, fmt.Errorf("python is not available in this sandbox")
+		}
+		body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(env), "cwd": workspace})
+		pid, exit, err = a.zygote.fork(stdio, body)
+	case "bash":
+		pid, exit, err = a.spawn("/bin/bash", []string{"bash", "-c", req.Code}, env, stdio)
+	case "javascript":
+		pid, exit, err = a.spawn(a.node, []string{"node", "-e", req.Code}, env, stdio)
+	default:
+		err = fmt.Errorf("unknown language %q", req.Language)
+	}
+	// Our copies of the child's ends must go, or EOF never comes.
+	pipes[0][0].Close()
+	pipes[1][1].Close()
+	pipes[2][1].Close()
+	if err != nil {
+		pipes[0][1].Close()
+		pipes[1][0].Close()
+		pipes[2][0].Close()
+		return nil, err
+	}
+
+	go func() {
+		pipes[0][1].Write(req.Stdin)
+		pipes[0][1].Close()
+	}()
+	var outs [2]*capture
+	for i, name := range []string{"stdout", "stderr"} {
+		c := &capture{limit: req.OutputCap, done: make(chan struct{})}
+		outs[i] = c
+		var fn func([]byte)
+		if req.Stream {
+			fn = func(b []byte) { emit(name, b) }
+		}
+		go c.read(pipes[i+1][0], fn)
+	}
+
+	timer := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+	defer timer.Stop()
+	timedOut := false
+	var info exitInfo
+	select {
+	case info = <-exit:
+	case <-timer.C:
+		timedOut = true
+		syscall.Kill(-pid, syscall.SIGKILL)
+		info = <-exit
+	}
+	duration := time.Since(start)
+	// The run's group may have children still writing; they are killed with
+	// the group once the main process is gone, then we read what is left.
+	syscall.Kill(-pid, syscall.SIGKILL)
+	deadline := time.Now().Add(drainGrace)
+	for i, c := range outs {
+		pipes[i+1][0].SetReadDeadline(deadline)
+		<-c.done
+		pipes[i+1][0].Close()
+	}
+
+	res := &ExecResult{TimedOut: timedOut, DurationMs: float64(duration.Microseconds()) / 1000}
+	res.Stdout, res.StdoutTruncated = outs[0].result()
+	res.Stderr, res.StderrTruncated = outs[1].result()
+	ru := info.rusage
+	res.CPUMs = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
+	res.MaxRSSKB = ru.Maxrss
+	switch ws := info.status; {
+	case ws.Exited():
+		res.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		res.ExitCode = 128 + int(ws.Signal())
+		res.Signal = unix.SignalName(ws.Signal())
+	}
+	return res, nil
+}
+
+// spawn starts a program directly under the agent, in its own session.
+func (a *Agent) spawn(path string, argv, env []string, stdio [3]*os.File) (int, <-chan exitInfo, error) {
+	if path == "" {
+		return 0, nil, fmt.Errorf("%s is not installed in this sandbox", argv[0])
+	}
+	p, exit, err := a.reaper.start(path, argv, &os.ProcAttr{
+		Dir:   workspace,
+		Env:   env,
+		Files: stdio[:],
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	// Under memory pressure the OOM killer should pick the run, not the agent.
+	os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.Pid), []byte("1000"), 0)
+	pid := p.Pid
+	p.Release()
+	return pid, exit, nil
+}

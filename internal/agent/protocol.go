@@ -1,0 +1,66 @@
+package agent
+
+// Request is one host → agent message.
+type Request struct {
+	ID   uint64       `json:"id"`
+	Op   string       `json:"op"`
+	Exec *ExecRequest `json:"exec,omitempty"`
+}
+
+// ExecRequest runs one program to completion.
+type ExecRequest struct {
+	Language  string            `json:"language"`
+	Code      string            `json:"code"`
+	Stdin     []byte            `json:"stdin,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Files     map[string][]byte `json:"files,omitempty"` // relative to /workspace
+	TimeoutMs int64             `json:"timeout_ms"`
+	OutputCap int               `json:"output_cap"` // bytes kept per stream
+	Stream    bool              `json:"stream,omitempty"`
+}
+
+// ExecResult is how a run ended.
+type ExecResult struct {
+	ExitCode        int     `json:"exit_code"`
+	Signal          string  `json:"signal,omitempty"`
+	TimedOut        bool    `json:"timed_out,omitempty"`
+	Stdout          []byte  `json:"stdout"`
+	Stderr          []byte  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+	DurationMs      float64 `json:"duration_ms"`
+	CPUMs           float64 `json:"cpu_ms"`
+	MaxRSSKB        int64   `json:"max_rss_kb"`
+}
+
+// Ready is sent once the agent can run code.
+type Ready struct {
+	Python   string            `json:"python,omitempty"`
+	Loaded   []string          `json:"loaded"`
+	Failed   map[string]string `json:"failed,omitempty"`
+	ZygoteUp bool              `json:"zygote_up"`
+}
+
+// Event is one agent → host message.
+type Event struct {
+	ID     uint64      `json:"id"`
+	Type   string      `json:"type"`
+	Stream string      `json:"stream,omitempty"`
+	Data   []byte      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Ready  *Ready      `json:"ready,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+// Event types and ops, named once.
+const (
+	OpExec  = "exec"
+	OpScrub = "scrub"
+	OpPing  = "ping"
+
+	EvReady  = "ready"
+	EvOutput = "output"
+	EvResult = "result"
+	EvDone   = "done"
+	EvError  = "error"
+)

@@ -1,0 +1,167 @@
+// Package agentclient is the host side of the agent protocol (see package
+// agent's doc): it multiplexes concurrent requests over the one stdin/stdout
+// pair of a sandbox and turns the agent's death into an error for every
+// caller still waiting.
+package agentclient
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/errdefs"
+)
+
+// ErrAgentGone means the agent's output ended: the sandbox has died.
+var ErrAgentGone = fmt.Errorf("sandbox agent exited: %w", errdefs.ErrUnavailable)
+
+// Client talks to one agent.
+type Client struct {
+	wmu sync.Mutex
+	w   io.WriteCloser
+	enc *json.Encoder
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan agent.Event
+
+	ready    chan agent.Ready
+	gone     chan struct{}
+	closeErr error
+}
+
+// New starts reading events from r; requests are written to w.
+func New(w io.WriteCloser, r io.Reader) *Client {
+	c := &Client{w: w, enc: json.NewEncoder(w), pending: map[uint64]chan agent.Event{},
+		ready: make(chan agent.Ready, 1), gone: make(chan struct{})}
+	go c.readLoop(r)
+	return c
+}
+
+func (c *Client) readLoop(r io.Reader) {
+	defer func() {
+		c.mu.Lock()
+		for id, ch := range c.pending {
+			close(ch)
+			delete(c.pending, id)
+		}
+		c.mu.Unlock()
+		close(c.gone)
+	}()
+	dec := json.NewDecoder(bufio.NewReaderSize(r, 256*1024))
+	for {
+		var ev agent.Event
+		if err := dec.Decode(&ev); err != nil {
+			return
+		}
+		if ev.Type == agent.EvReady && ev.Ready != nil {
+			c.ready <- *ev.Ready
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[ev.ID]
+		c.mu.Unlock()
+		if ch != nil {
+			// Output events are small and frequent; the final one must not be
+			// lost, so the channel is generously buffered and we block if full.
+			ch <- ev
+		}
+	}
+}
+
+// WaitReady blocks until the agent has started (and the zygote preloaded).
+func (c *Client) WaitReady(ctx context.Context) (agent.Ready, error) {
+	select {
+	case r := <-c.ready:
+		return r, nil
+	case <-c.gone:
+		return agent.Ready{}, ErrAgentGone
+	case <-ctx.Done():
+		return agent.Ready{}, ctx.Err()
+	}
+}
+
+// Gone is closed when the agent has exited.
+func (c *Client) Gone() <-chan struct{} { return c.gone }
+
+func (c *Client) call(ctx context.Context, req agent.Request, onEvent func(agent.Event)) (agent.Event, error) {
+	ch := make(chan agent.Event, 64)
+	c.mu.Lock()
+	c.nextID++
+	req.ID = c.nextID
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+	}()
+
+	c.wmu.Lock()
+	err := c.enc.Encode(req)
+	c.wmu.Unlock()
+	if err != nil {
+		return agent.Event{}, fmt.Errorf("send %s: %w", req.Op, ErrAgentGone)
+	}
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return agent.Event{}, ErrAgentGone
+			}
+			switch ev.Type {
+			case agent.EvOutput:
+				if onEvent != nil {
+					onEvent(ev)
+				}
+				continue
+			case agent.EvError:
+				return ev, errors.New(ev.Error)
+			}
+			return ev, nil
+		case <-ctx.Done():
+			return agent.Event{}, ctx.Err()
+		}
+	}
+}
+
+// Exec runs one program. onOutput, if set, sees chunks as they are produced
+// (set req.Stream for that).
+func (c *Client) Exec(ctx context.Context, req *agent.ExecRequest, onOutput func(stream string, data []byte)) (*agent.ExecResult, error) {
+	var on func(agent.Event)
+	if onOutput != nil {
+		on = func(ev agent.Event) { onOutput(ev.Stream, ev.Data) }
+	}
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpExec, Exec: req}, on)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Result == nil {
+		return nil, fmt.Errorf("agent answered exec with %q", ev.Type)
+	}
+	return ev.Result, nil
+}
+
+// Scrub empties the sandbox for its next user.
+func (c *Client) Scrub(ctx context.Context) error {
+	_, err := c.call(ctx, agent.Request{Op: agent.OpScrub}, nil)
+	return err
+}
+
+// Ping checks the agent answers.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.call(ctx, agent.Request{Op: agent.OpPing}, nil)
+	return err
+}
+
+// Close ends the conversation; the agent exits on EOF.
+func (c *Client) Close() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.w.Close()
+}

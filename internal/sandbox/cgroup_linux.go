@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// memoryCgroupFile returns the file that counts OOM kills of a cgroup, for
+// cgroup v2 (memory.events) or v1 (memory.oom_control).
+func memoryCgroupFile(cg string) string {
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		return filepath.Join(cgroupRoot, cg, "memory.events")
+	}
+	return filepath.Join(cgroupRoot, "memory", cg, "memory.oom_control")
+}
+
+// oomKills is how many processes the kernel's OOM killer has killed in cg.
+func oomKills(cg string) int64 {
+	f, err := os.Open(memoryCgroupFile(cg))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cgroupDirs lists where cg lives: one directory per v1 hierarchy, or one on v2.
+func cgroupDirs(cg string) []string {
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		return []string{filepath.Join(cgroupRoot, cg)}
+	}
+	hier, _ := os.ReadDir(cgroupRoot)
+	var dirs []string
+	for _, h := range hier {
+		dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cg))
+	}
+	return dirs
+}
+
+// removeCgroup removes cg's (empty) directories; the runtime usually has.
+func removeCgroup(cg string) {
+	for _, d := range cgroupDirs(cg) {
+		os.Remove(d)
+	}
+}
+
+// leftoverCgroups lists sandbox cgroups that exist under the parent.
+func leftoverCgroups() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range cgroupDirs(cgroupParent) {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "cc-") && !seen[e.Name()] {
+				seen[e.Name()] = true
+				out = append(out, cgroupParent+"/"+e.Name())
+			}
+		}
+	}
+	return out
+}

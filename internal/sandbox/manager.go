@@ -1,0 +1,217 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/config"
+	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/oci"
+	"github.com/codecell/codecell/internal/rootfs"
+	"github.com/codecell/codecell/internal/runtime"
+)
+
+// Manager owns every sandbox of the daemon: one warm pool per runtime.
+type Manager struct {
+	cfg      config.Config
+	dataDir  string
+	spec     Spec
+	runtimes map[string]*runtime.Runtime
+	pools    map[string]*Pool
+	log      *slog.Logger
+}
+
+// NewManager prepares the data directory, removes what a previous daemon left
+// behind, and starts the pools. poolSizes maps runtime name to warm sandboxes;
+// a runtime with size 0 is not started.
+func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int, log *slog.Logger) (m *Manager, retErr error) {
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	agentBin := cfg.AgentBinary
+	if agentBin == "" {
+		if agentBin, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	// The binary is bound into sandboxes whose uids are mapped; a private copy
+	// with known permissions also keeps a rebuild of the original from
+	// changing a running sandbox's agent.
+	agentCopy := filepath.Join(dataDir, "codecell-agent")
+	if err := copyFile(agentBin, agentCopy, 0o755); err != nil {
+		return nil, fmt.Errorf("install agent binary: %w", err)
+	}
+	layout, err := rootfs.Prepare(filepath.Join(dataDir, "rootfs"), cfg.SandboxUID, cfg.SandboxUID)
+	if err != nil {
+		return nil, err
+	}
+	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, log: log}
+	m.spec = Spec{
+		Preload: cfg.Preload,
+		Options: oci.Options{
+			RootfsDir:      layout.Root,
+			HostDirs:       layout.HostDirs,
+			EtcDir:         layout.Etc,
+			AgentBinary:    agentCopy,
+			Env:            sandboxEnv(),
+			UID:            cfg.SandboxUID,
+			GID:            cfg.SandboxUID,
+			MemoryBytes:    cfg.MemoryMB << 20,
+			PidsLimit:      cfg.Pids,
+			CPUs:           cfg.CPUs,
+			WorkspaceBytes: cfg.WorkspaceMB << 20,
+			TmpBytes:       cfg.TmpMB << 20,
+			NoFile:         cfg.NoFile,
+			FileSizeBytes:  cfg.FileSizeMB << 20,
+			UserNS:         cfg.UserNS,
+			UserNSHostBase: cfg.UserNSBase,
+		},
+	}
+	defer func() {
+		if retErr != nil {
+			m.Close()
+		}
+	}()
+	for name, size := range poolSizes {
+		if size <= 0 {
+			continue
+		}
+		rt, err := runtime.New(name, filepath.Join(dataDir, "state"))
+		if err != nil {
+			return nil, err
+		}
+		m.runtimes[name] = rt
+		m.cleanLeftovers(ctx, rt)
+	}
+	os.RemoveAll(filepath.Join(dataDir, "bundles"))
+	for _, cg := range leftoverCgroups() {
+		removeCgroup(cg)
+	}
+	for name, rt := range m.runtimes {
+		m.pools[name] = NewPool(name, poolSizes[name], cfg.MaxReuse, cfg.QueueSize, func(ctx context.Context) (*Sandbox, error) {
+			return create(ctx, rt, dataDir, m.spec, log)
+		}, log)
+	}
+	return m, nil
+}
+
+// sandboxEnv is the environment every process in a sandbox starts with.
+func sandboxEnv() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/workspace",
+		"LANG=C.UTF-8",
+		"TERM=xterm",
+		"MPLBACKEND=Agg",
+		"MPLCONFIGDIR=/tmp/.matplotlib",
+		"PYTHONDONTWRITEBYTECODE=1",
+	}
+}
+
+// cleanLeftovers force-deletes containers a previous daemon left in this
+// runtime's state directory (it was killed, or the machine lost power).
+func (m *Manager) cleanLeftovers(ctx context.Context, rt *runtime.Runtime) {
+	ids, err := rt.List(ctx)
+	if err != nil {
+		m.log.Warn("list leftover sandboxes", "runtime", rt.Name(), "err", err)
+		return
+	}
+	for _, id := range ids {
+		if err := rt.Kill(ctx, id); err != nil {
+			m.log.Warn("remove leftover sandbox", "sandbox", id, "err", err)
+			continue
+		}
+		m.log.Info("removed leftover sandbox", "sandbox", id, "runtime", rt.Name())
+	}
+}
+
+// Runtimes lists the runtimes this manager serves.
+func (m *Manager) Runtimes() []string {
+	names := make([]string, 0, len(m.pools))
+	for n := range m.pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (m *Manager) pool(name string) (*Pool, error) {
+	if name == "" {
+		name = m.cfg.Runtime
+	}
+	p, ok := m.pools[name]
+	if !ok {
+		if name != runtime.Runc && name != runtime.GVisor {
+			return nil, fmt.Errorf("unknown runtime %q; supported: %s: %w", name, strings.Join([]string{runtime.Runc, runtime.GVisor}, ", "), errdefs.ErrInvalid)
+		}
+		return nil, fmt.Errorf("runtime %q is not enabled on this server (enabled: %s): %w", name, strings.Join(m.Runtimes(), ", "), errdefs.ErrUnavailable)
+	}
+	return p, nil
+}
+
+// Execute runs one stateless request in a warm sandbox of the given runtime.
+func (m *Manager) Execute(ctx context.Context, runtimeName string, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, error) {
+	p, err := m.pool(runtimeName)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := p.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := sb.Exec(ctx, req, onOutput)
+	p.Release(sb)
+	if err != nil && errors.Is(err, errdefs.ErrUnavailable) {
+		return nil, fmt.Errorf("sandbox %s died during the run: %w", sb.ID, err)
+	}
+	return res, err
+}
+
+// WaitReady blocks until every pool can serve a run.
+func (m *Manager) WaitReady(ctx context.Context) error {
+	for name, p := range m.pools {
+		if err := p.WaitReady(ctx); err != nil {
+			return fmt.Errorf("%s pool not ready: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Stats reports each pool.
+func (m *Manager) Stats() map[string]Stats {
+	out := map[string]Stats{}
+	for n, p := range m.pools {
+		out[n] = p.Stats()
+	}
+	return out
+}
+
+// Close destroys every sandbox.
+func (m *Manager) Close() {
+	for _, p := range m.pools {
+		p.Close()
+	}
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}

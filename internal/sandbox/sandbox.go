@@ -1,0 +1,218 @@
+// Package sandbox owns sandboxes: it creates them (OCI bundle, runtime
+// process, agent connection), keeps warm pools of them per runtime, runs code
+// in them and makes sure each is destroyed exactly once, including the leftovers
+// of a daemon that was killed.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/agentclient"
+	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/oci"
+	"github.com/codecell/codecell/internal/runtime"
+)
+
+// cgroupParent groups every sandbox's cgroup, so leftovers are easy to find.
+const cgroupParent = "codecell"
+
+// Sandbox is one running container with its agent.
+type Sandbox struct {
+	ID      string
+	Runtime string
+	Ready   agent.Ready
+	Created time.Time
+
+	rt        *runtime.Runtime
+	ctr       *runtime.Container
+	client    *agentclient.Client
+	bundle    string
+	cgroup    string
+	uses      int
+	destroyed sync.Once
+	log       *slog.Logger
+}
+
+// Spec is what a new sandbox looks like, apart from its id.
+type Spec struct {
+	Options oci.Options // Hostname, CgroupsPath and Args are filled per sandbox
+	Preload []string
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "cc-" + hex.EncodeToString(b)
+}
+
+// create starts a sandbox and waits until its agent is ready.
+func create(ctx context.Context, rt *runtime.Runtime, dataDir string, spec Spec, log *slog.Logger) (_ *Sandbox, retErr error) {
+	id := newID()
+	bundle := filepath.Join(dataDir, "bundles", id)
+	sb := &Sandbox{ID: id, Runtime: rt.Name(), rt: rt, bundle: bundle, cgroup: cgroupParent + "/" + id,
+		Created: time.Now(), log: log.With("sandbox", id, "runtime", rt.Name())}
+	defer func() {
+		if retErr != nil {
+			sb.Destroy(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := os.MkdirAll(bundle, 0o711); err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	opts := spec.Options
+	opts.Hostname = "sandbox"
+	opts.CgroupsPath = "/" + sb.cgroup
+	opts.Args = []string{oci.AgentPath, "agent", "--preload", strings.Join(spec.Preload, ",")}
+	s := oci.Build(opts)
+	rt.Adjust(s)
+	cfg, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), cfg, 0o644); err != nil {
+		return nil, fmt.Errorf("write spec: %w", err)
+	}
+
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	stderr, err := os.Create(filepath.Join(bundle, "stderr.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	ctr, err := rt.Run(id, bundle, inR, outW, stderr)
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	sb.ctr = ctr
+	sb.client = agentclient.New(inW, outR)
+	ready, err := sb.client.WaitReady(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start %s sandbox: %w%s", rt.Name(), err, sb.stderrTail())
+	}
+	sb.Ready = ready
+	return sb, nil
+}
+
+// stderrTail is the end of what the runtime and agent printed, for errors.
+func (sb *Sandbox) stderrTail() string {
+	b, _ := os.ReadFile(filepath.Join(sb.bundle, "stderr.log"))
+	b = bytes.TrimSpace(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	if len(b) == 0 {
+		return ""
+	}
+	return ": " + string(b)
+}
+
+// Destroy kills the container and removes everything it had on the host.
+// It is safe to call more than once.
+func (sb *Sandbox) Destroy(ctx context.Context) {
+	sb.destroyed.Do(func() {
+		if sb.client != nil {
+			sb.client.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := sb.rt.Kill(ctx, sb.ID); err != nil {
+			sb.log.Warn("kill sandbox", "err", err)
+		}
+		if sb.ctr != nil {
+			select {
+			case <-sb.ctr.Done():
+			case <-ctx.Done():
+				sb.log.Warn("sandbox runtime process did not exit")
+			}
+		}
+		removeCgroup(sb.cgroup)
+		os.RemoveAll(sb.bundle)
+	})
+}
+
+// Exec runs one program and classifies how it ended.
+func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, error) {
+	sb.uses++
+	ooms := oomKills(sb.cgroup)
+	res, err := sb.client.Exec(ctx, req, onOutput)
+	if err != nil {
+		if errors.Is(err, agentclient.ErrAgentGone) && oomKills(sb.cgroup) > ooms {
+			// The runtime itself was the OOM victim (gVisor's sentry is one
+			// process on the host): the run is what used the memory.
+			return &Result{Status: StatusOOM, ExecResult: agent.ExecResult{ExitCode: 137, Signal: "SIGKILL"}}, nil
+		}
+		if errors.Is(err, agentclient.ErrAgentGone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
+	}
+	return &Result{ExecResult: *res, Status: classify(res, oomKills(sb.cgroup) > ooms)}, nil
+}
+
+// Scrub readies a stateless sandbox for its next run.
+func (sb *Sandbox) Scrub(ctx context.Context) error { return sb.client.Scrub(ctx) }
+
+// Alive reports whether the agent is still running.
+func (sb *Sandbox) Alive() bool {
+	select {
+	case <-sb.client.Gone():
+		return false
+	default:
+		return true
+	}
+}
+
+// Run statuses, as the API reports them.
+const (
+	StatusOK      = "ok"
+	StatusError   = "error"
+	StatusTimeout = "timeout"
+	StatusOOM     = "oom"
+	StatusKilled  = "killed"
+)
+
+// Result is a finished run with its status.
+type Result struct {
+	agent.ExecResult
+	Status string
+}
+
+func classify(r *agent.ExecResult, oomKilled bool) string {
+	switch {
+	case r.TimedOut:
+		return StatusTimeout
+	case r.Signal == "SIGKILL" && oomKilled:
+		return StatusOOM
+	case r.Signal != "":
+		return StatusKilled
+	case r.ExitCode != 0:
+		return StatusError
+	}
+	return StatusOK
+}
