@@ -51,6 +51,8 @@ func Run(in io.Reader, out io.Writer, opts Options) error {
 		z, err := startZygote(a.reaper, python, opts.Preload, a.env)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		} else if err := z.prefork(); err != nil {
+			fmt.Fprintf(os.Stderr, "agent: zygote prefork: %v\n", err)
 		} else {
 			a.zygote = z
 			ready = z.ready

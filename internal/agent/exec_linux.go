@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -121,26 +122,24 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 		}
 		pipes[i] = [2]*os.File{r, w}
 	}
-	closeAll := func() {
-		for _, p := range pipes {
-			p[0].Close()
-			p[1].Close()
-		}
-	}
 	stdio := [3]*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}
 
 	start := time.Now()
 	var pid int
 	var exit <-chan exitInfo
+	var reported <-chan exitInfo
 	var err error
 	switch req.Language {
 	case "python":
 		if a.zygote == nil || !a.zygote.alive() {
-			closeAll()
-			return nil, fmt.Errorf("python is not available in this sandbox")
+			err = fmt.Errorf("python is not available in this sandbox")
+			break
 		}
 		body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(env), "cwd": workspace})
-		pid, exit, err = a.zygote.fork(stdio, body)
+		var run *spawnedRun
+		if run, err = a.zygote.run(stdio, body); err == nil {
+			pid, exit, reported = run.pid, run.exit, readStatus(run.status)
+		}
 	case "bash":
 		pid, exit, err = a.spawn("/bin/bash", []string{"bash", "-c", req.Code}, env, stdio)
 	case "javascript":
@@ -180,6 +179,7 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 	var info exitInfo
 	select {
 	case info = <-exit:
+	case info = <-reported:
 	case <-timer.C:
 		timedOut = true
 		syscall.Kill(-pid, syscall.SIGKILL)
@@ -231,4 +231,25 @@ func (a *Agent) spawn(path string, argv, env []string, stdio [3]*os.File) (int, 
 	pid := p.Pid
 	p.Release()
 	return pid, exit, nil
+}
+
+// readStatus turns a Python run's own report of its end into an exitInfo.
+// Nothing arrives if the run was killed before it could report; its exit
+// then comes from the zygote's wait4.
+func readStatus(f *os.File) <-chan exitInfo {
+	ch := make(chan exitInfo, 1)
+	go func() {
+		defer f.Close()
+		var st struct {
+			Exit     int     `json:"exit"`
+			CPUS     float64 `json:"cpu_s"`
+			MaxRSSKB int64   `json:"maxrss_kb"`
+		}
+		b, err := io.ReadAll(f)
+		if err != nil || len(b) == 0 || json.Unmarshal(b, &st) != nil {
+			return
+		}
+		ch <- exitInfo{status: syscall.WaitStatus(st.Exit&0xff) << 8, rusage: rusage(st.CPUS, st.MaxRSSKB)}
+	}()
+	return ch
 }

@@ -22,7 +22,9 @@ func (a *Agent) scrub() error {
 	}
 	keep := map[int]bool{os.Getpid(): true}
 	if a.zygote != nil {
-		keep[a.zygote.proc.Pid] = true
+		for _, pid := range a.zygote.keep() {
+			keep[pid] = true
+		}
 	}
 	// A forking process can add children while we kill; a few passes catch
 	// them, since a process that got SIGKILL forks no more.
@@ -47,6 +49,9 @@ func (a *Agent) scrub() error {
 		if err := emptyDir(dir); err != nil {
 			return err
 		}
+	}
+	if a.zygote != nil {
+		return a.zygote.prefork()
 	}
 	return nil
 }

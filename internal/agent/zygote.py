@@ -1,10 +1,18 @@
 # codecell Python zygote. Started once per sandbox by the agent with a
-# SOCK_SEQPACKET socket on fd 3. It imports the heavy modules once, then forks a
-# child per run, so a run pays for fork, not for imports. The child becomes a
-# plain `python3 -c CODE` look-alike: fresh __main__, sys.argv == ['-c'],
-# exceptions printed by sys.excepthook, SystemExit and interpreter shutdown
-# (atexit, non-daemon threads, flushing) handled by CPython itself.
-import json, os, signal, socket, sys
+# SOCK_SEQPACKET socket on fd 3. It imports the heavy modules once, then forks
+# a child per run, so a run pays neither for imports nor, on the request path,
+# for fork: a spare child is forked ahead of need ("prefork") and waits for its
+# run. The child becomes a plain `python3 -c CODE` look-alike: fresh __main__,
+# sys.argv == ['-c'], exceptions printed by sys.excepthook, SystemExit, atexit
+# handlers and non-daemon threads handled as CPython's shutdown does.
+#
+# Agent -> zygote: {"op": "run"} with 5 fds (stdin, stdout, stderr, request
+# pipe, status pipe), answered {"type": "started", "pid"}; {"op": "prefork"},
+# answered {"type": "spare", "pid"}. Zygote -> agent, unprompted:
+# {"type": "exit", "pid", "status", "maxrss_kb", "cpu_s"} for every child.
+# A run writes {"exit", "cpu_s", "maxrss_kb"} to its status pipe just before
+# it exits, so the agent need not wait for the kernel to tear it down.
+import gc, json, os, resource, select, signal, socket, sys
 
 def _preload(names):
     loaded, failed = [], {}
@@ -25,12 +33,29 @@ def _set_dumpable(on):
     except Exception:
         pass
 
+def _child_setup(close):
+    for fd in close:
+        os.close(fd)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setsid()  # own process group: a time-out kills the run and all it started
+    _set_dumpable(True)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # under memory pressure, the run dies, not the zygote
+    except OSError:
+        pass
+    if "numpy.random" in sys.modules:  # `random` reseeds itself at fork; numpy does not
+        sys.modules["numpy.random"].seed()
+
 def _serve(sock):
     rd, wr = os.pipe()
     os.set_blocking(wr, False)
     signal.set_wakeup_fd(wr)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    import select
+    spare = None  # (pid, socket to it)
+    send = lambda **m: sock.send(json.dumps(m).encode())
     while True:
         try:
             ready, _, _ = select.select([sock, rd], [], [])
@@ -48,69 +73,132 @@ def _serve(sock):
                     break
                 if pid == 0:
                     break
-                sock.send(json.dumps({"type": "exit", "pid": pid, "status": status,
-                                      "maxrss_kb": ru.ru_maxrss,
-                                      "cpu_s": ru.ru_utime + ru.ru_stime}).encode())
-        if sock in ready:
-            msg, fds, _, _ = socket.recv_fds(sock, 65536, 8)
-            if not msg:
-                os._exit(0)  # the agent is gone
+                if spare and spare[0] == pid:
+                    spare[1].close()
+                    spare = None
+                send(type="exit", pid=pid, status=status, maxrss_kb=ru.ru_maxrss,
+                     cpu_s=ru.ru_utime + ru.ru_stime)
+        if sock not in ready:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+        if not msg:
+            os._exit(0)  # the agent is gone
+        op = json.loads(msg)["op"]
+        if op == "prefork" and spare is None:
+            theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             pid = os.fork()
             if pid == 0:
-                os.close(rd)
-                os.close(wr)
+                ours.close()
+                _child_setup([rd, wr, sock.detach()])
+                msg, fds, _, _ = socket.recv_fds(theirs, 16, 8)
+                if not msg:
+                    os._exit(0)
+                theirs.close()
+                return fds
+            theirs.close()
+            spare = (pid, ours)
+            send(type="spare", pid=pid)
+        elif op == "prefork":
+            send(type="spare", pid=spare[0])
+        elif op == "run" and spare is not None:
+            pid, conn = spare
+            spare = None
+            socket.send_fds(conn, [b"run"], fds)
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            send(type="started", pid=pid)
+        elif op == "run":
+            pid = os.fork()
+            if pid == 0:
+                _child_setup([rd, wr, sock.detach()])
                 return fds
             for fd in fds:
                 os.close(fd)
-            sock.send(json.dumps({"type": "started", "pid": pid}).encode())
-
-def _become_run(sock, fds):
-    stdin, stdout, stderr, reqfd = fds
-    sock.close()
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.setsid()  # own process group: a time-out kills the run and all it started
-    _set_dumpable(True)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # under memory pressure, the run dies, not the zygote
-    except OSError:
-        pass
-    with os.fdopen(reqfd, "rb") as f:
-        req = json.loads(f.read())
-    for i, fd in enumerate((stdin, stdout, stderr)):
-        os.dup2(fd, i)
-        os.close(fd)
-    os.chdir(req.get("cwd") or "/workspace")
-    os.environ.clear()
-    os.environ.update(req.get("env") or {})
-    sys.argv = ["-c"]
-    if "numpy.random" in sys.modules:  # `random` reseeds itself at fork; numpy does not
-        sys.modules["numpy.random"].seed()
-    return req["code"]
+            send(type="started", pid=pid)
 
 sock = socket.socket(fileno=3)
 _set_dumpable(False)
 _loaded, _failed = _preload([m for m in sys.argv[1:] if m])
+# Objects that exist now are never collected in the zygote; freezing them
+# keeps the children's collector from writing to (and so copying) every page.
+gc.freeze()
 sock.send(json.dumps({"type": "ready", "python": sys.version.split()[0],
                       "loaded": _loaded, "failed": _failed}).encode())
-_code = _become_run(sock, _serve(sock))
+_stdin, _stdout, _stderr, _reqfd, _statusfd = _serve(sock)
+
 # From here on this process is the run, with a fresh __main__ of its own.
-import types, builtins
+import atexit, builtins, types
+atexit._clear()  # exit handlers the preloaded modules registered belong to the zygote
+with os.fdopen(_reqfd, "rb") as _f:
+    _req = json.loads(_f.read())
+for _i, _fd in enumerate((_stdin, _stdout, _stderr)):
+    os.dup2(_fd, _i)
+    os.close(_fd)
+os.chdir(_req.get("cwd") or "/workspace")
+os.environ.clear()
+os.environ.update(_req.get("env") or {})
+sys.argv = ["-c"]
 _main = types.ModuleType("__main__")
 _main.__builtins__ = builtins
 sys.modules["__main__"] = _main
+
+def _exit_code(e):
+    # CPython's handle_system_exit: None is 0, an int is itself, anything else
+    # is printed to stderr and means 1.
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+def _finish(code):
+    # What Py_FinalizeEx does that a program can observe: wait for non-daemon
+    # threads, run atexit handlers, flush stdio. Tearing down every preloaded
+    # module is skipped: it is invisible and costs ~100 ms with pandas loaded.
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        atexit._run_exitfuncs()
+    except SystemExit as e:
+        code = _exit_code(e)
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        os.write(_statusfd, json.dumps({
+            "exit": code, "maxrss_kb": max(me.ru_maxrss, kids.ru_maxrss),
+            "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}).encode())
+    except OSError:
+        pass
+    # Closing stdio now gives the agent EOF before the kernel tears down our
+    # address space.
+    for fd in (0, 1, 2, _statusfd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    os._exit(code)
+
 try:
-    exec(compile(_code, "<string>", "exec"), _main.__dict__)
-except SystemExit:
-    raise
+    exec(compile(_req["code"], "<string>", "exec"), _main.__dict__)
+except SystemExit as _e:
+    _finish(_exit_code(_e))
 except BaseException as _e:
     # Drop the zygote's own frame so the traceback reads like `python3 -c`.
     _tb = _e.__traceback__.tb_next if _e.__traceback__ else None
-    sys.excepthook(type(_e), _e, _tb)
+    sys.excepthook(type(_e), _e.with_traceback(_tb), _tb)
     if isinstance(_e, KeyboardInterrupt):
         sys.stdout.flush(); sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    raise SystemExit(1)
+    _finish(1)
+_finish(0)

@@ -16,32 +16,28 @@ var zygoteSource string
 // zygote is the agent's handle on the Python process that forks runs.
 type zygote struct {
 	proc  *os.Process
-	exit  <-chan exitInfo
 	sock  int // our end of the SOCK_SEQPACKET pair
 	ready Ready
 
-	spawnMu sync.Mutex // one fork request in flight: "started" answers match requests in order
+	reqMu   sync.Mutex     // one request in flight: replies match requests in order
+	replies chan zygoteMsg // "started" and "spare" answers
 	mu      sync.Mutex
-	started chan spawned
 	waiters map[int]chan exitInfo
+	spare   int // pid of the pre-forked child, 0 if none
 	dead    chan struct{}
-}
-
-// spawned is a run the zygote forked, with where its exit will arrive.
-type spawned struct {
-	pid  int
-	exit <-chan exitInfo
 }
 
 type zygoteMsg struct {
 	Type     string            `json:"type"`
 	Pid      int               `json:"pid"`
 	Status   int               `json:"status"`
+	Exit     int               `json:"exit"`
 	MaxRSSKB int64             `json:"maxrss_kb"`
 	CPUS     float64           `json:"cpu_s"`
 	Python   string            `json:"python"`
 	Loaded   []string          `json:"loaded"`
 	Failed   map[string]string `json:"failed"`
+	exit     <-chan exitInfo
 }
 
 func startZygote(r *reaper, python string, preload []string, env []string) (*zygote, error) {
@@ -57,8 +53,8 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 	}
 	defer devnull.Close()
 	args := append([]string{python, "-c", zygoteSource}, preload...)
-	proc, exit, err := r.start(python, args, &os.ProcAttr{
-		Dir:   "/workspace",
+	proc, _, err := r.start(python, args, &os.ProcAttr{
+		Dir:   workspace,
 		Env:   env,
 		Files: []*os.File{devnull, devnull, os.Stderr, theirs},
 	})
@@ -66,7 +62,7 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 		syscall.Close(fds[0])
 		return nil, fmt.Errorf("start zygote: %w", err)
 	}
-	z := &zygote{proc: proc, exit: exit, sock: fds[0], started: make(chan spawned), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
+	z := &zygote{proc: proc, sock: fds[0], replies: make(chan zygoteMsg), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
 	msg, err := z.recv()
 	if err != nil || msg.Type != "ready" {
 		proc.Kill()
@@ -100,50 +96,106 @@ func (z *zygote) readLoop() {
 		}
 		switch m.Type {
 		case "started":
+			// Registered here, before the next message (possibly its exit) is read.
 			ch := make(chan exitInfo, 1)
 			z.mu.Lock()
 			z.waiters[m.Pid] = ch
+			if z.spare == m.Pid {
+				z.spare = 0
+			}
 			z.mu.Unlock()
-			z.started <- spawned{pid: m.Pid, exit: ch}
+			m.exit = ch
+			z.replies <- m
+		case "spare":
+			z.mu.Lock()
+			z.spare = m.Pid
+			z.mu.Unlock()
+			z.replies <- m
 		case "exit":
 			z.mu.Lock()
 			ch, ok := z.waiters[m.Pid]
 			delete(z.waiters, m.Pid)
+			if z.spare == m.Pid {
+				z.spare = 0
+			}
 			z.mu.Unlock()
 			if ok {
-				ru := syscall.Rusage{Maxrss: m.MaxRSSKB}
-				usec := int64(m.CPUS * 1e6)
-				ru.Utime = syscall.NsecToTimeval(usec * 1000)
-				ch <- exitInfo{status: syscall.WaitStatus(m.Status), rusage: ru}
+				ch <- exitInfo{status: syscall.WaitStatus(m.Status), rusage: rusage(m.CPUS, m.MaxRSSKB)}
 			}
 		}
 	}
 }
 
-// fork asks the zygote for a run with the given stdio; req is written to the
-// child through a pipe so code of any size fits.
-func (z *zygote) fork(stdio [3]*os.File, req []byte) (int, <-chan exitInfo, error) {
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
+func rusage(cpuS float64, maxRSSKB int64) syscall.Rusage {
+	return syscall.Rusage{Utime: syscall.NsecToTimeval(int64(cpuS * 1e9)), Maxrss: maxRSSKB}
+}
+
+// request sends one op with fds and waits for its reply.
+func (z *zygote) request(op string, fds []int) (zygoteMsg, error) {
+	z.reqMu.Lock()
+	defer z.reqMu.Unlock()
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
 	}
-	defer rd.Close()
-	go func() {
-		wr.Write(req)
-		wr.Close()
-	}()
-	z.spawnMu.Lock()
-	defer z.spawnMu.Unlock()
-	rights := syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()), int(rd.Fd()))
-	if err := syscall.Sendmsg(z.sock, []byte("{}"), rights, nil, 0); err != nil {
-		return 0, nil, fmt.Errorf("send to zygote: %w", err)
+	if err := syscall.Sendmsg(z.sock, []byte(`{"op":"`+op+`"}`), oob, nil, 0); err != nil {
+		return zygoteMsg{}, fmt.Errorf("send to zygote: %w", err)
 	}
 	select {
-	case s := <-z.started:
-		return s.pid, s.exit, nil
+	case m := <-z.replies:
+		return m, nil
 	case <-z.dead:
-		return 0, nil, errors.New("python zygote died")
+		return zygoteMsg{}, errors.New("python zygote died")
 	}
+}
+
+// prefork has the zygote fork the next run's process ahead of need.
+func (z *zygote) prefork() error {
+	_, err := z.request("prefork", nil)
+	return err
+}
+
+// spawnedRun is a Python run in progress.
+type spawnedRun struct {
+	pid    int
+	exit   <-chan exitInfo
+	status *os.File // the run's own report of its end; EOF without one if it was killed
+}
+
+// run hands a run its stdio; req is written to the child through a pipe so
+// code of any size fits.
+func (z *zygote) run(stdio [3]*os.File, req []byte) (*spawnedRun, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer reqR.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		reqW.Close()
+		return nil, err
+	}
+	defer statusW.Close()
+	go func() {
+		reqW.Write(req)
+		reqW.Close()
+	}()
+	m, err := z.request("run", []int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()), int(reqR.Fd()), int(statusW.Fd())})
+	if err != nil {
+		statusR.Close()
+		return nil, err
+	}
+	return &spawnedRun{pid: m.Pid, exit: m.exit, status: statusR}, nil
+}
+
+// keep lists the zygote's processes a scrub must spare.
+func (z *zygote) keep() []int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.spare != 0 {
+		return []int{z.proc.Pid, z.spare}
+	}
+	return []int{z.proc.Pid}
 }
 
 func (z *zygote) alive() bool {

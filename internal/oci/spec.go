@@ -76,11 +76,10 @@ func Build(opts Options) *specs.Spec {
 	for _, d := range dirs {
 		mounts = append(mounts, specs.Mount{Destination: d, Type: "bind", Source: d, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
-	owner := fmt.Sprintf("uid=%d,gid=%d", opts.UID, opts.GID)
 	mounts = append(mounts,
 		specs.Mount{Destination: "/etc", Type: "bind", Source: opts.EtcDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: AgentPath, Type: "bind", Source: opts.AgentBinary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		specs.Mount{Destination: Workspace, Type: "tmpfs", Source: "tmpfs", Options: append(noSuid, "mode=0755", owner, fmt.Sprintf("size=%d", opts.WorkspaceBytes))},
+		specs.Mount{Destination: Workspace, Type: "tmpfs", Source: "tmpfs", Options: append(noSuid, "mode=0755", fmt.Sprintf("uid=%d", opts.UID), fmt.Sprintf("gid=%d", opts.GID), fmt.Sprintf("size=%d", opts.WorkspaceBytes))},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: append(noSuid, "mode=1777", fmt.Sprintf("size=%d", opts.TmpBytes))},
 	)
 

@@ -39,8 +39,15 @@ func Prepare(dir string, uid, gid uint32) (Layout, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return l, fmt.Errorf("clear rootfs dir: %w", err)
 	}
-	for _, d := range []string{"proc", "dev", "etc", "tmp", "workspace", strings.TrimPrefix(oci.AgentDir, "/")} {
-		if err := os.MkdirAll(filepath.Join(l.Root, d), 0o755); err != nil {
+	// runc gives a tmpfs the mode of the directory it is mounted on, so the
+	// skeleton's mount points carry the modes the mounts should have.
+	for d, mode := range map[string]os.FileMode{"proc": 0o555, "dev": 0o755, "etc": 0o755, "tmp": 0o777 | os.ModeSticky,
+		"workspace": 0o755, strings.TrimPrefix(oci.AgentDir, "/"): 0o755} {
+		p := filepath.Join(l.Root, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return l, err
+		}
+		if err := os.Chmod(p, mode); err != nil {
 			return l, err
 		}
 	}

@@ -46,7 +46,7 @@ func New(name, stateDir string) (*Runtime, error) {
 		r = &Runtime{name: GVisor, binary: "runsc",
 			// gVisor has its own network stack; "none" leaves it only loopback.
 			// Seccomp from the spec is applied inside the sandbox on request.
-			global: []string{"--network=none", "--oci-seccomp"},
+			global: []string{"--network=none"},
 			adjust: func(s *specs.Spec) {
 				// The sentry runs its own user namespace; a spec user namespace
 				// with mappings is not supported by this runsc.

@@ -25,6 +25,7 @@ type Manager struct {
 	spec     Spec
 	runtimes map[string]*runtime.Runtime
 	pools    map[string]*Pool
+	disabled map[string]error // runtimes asked for but not installed
 	log      *slog.Logger
 }
 
@@ -56,7 +57,7 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	if err != nil {
 		return nil, err
 	}
-	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, log: log}
+	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, disabled: map[string]error{}, log: log}
 	m.spec = Spec{
 		Preload: cfg.Preload,
 		Options: oci.Options{
@@ -89,6 +90,12 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 		}
 		rt, err := runtime.New(name, filepath.Join(dataDir, "state"))
 		if err != nil {
+			if name != cfg.Runtime && errors.Is(err, errdefs.ErrUnavailable) {
+				// An optional runtime that is not installed is off, not fatal.
+				log.Warn("runtime disabled", "runtime", name, "err", err)
+				m.disabled[name] = err
+				continue
+			}
 			return nil, err
 		}
 		m.runtimes[name] = rt
@@ -154,6 +161,9 @@ func (m *Manager) pool(name string) (*Pool, error) {
 	if !ok {
 		if name != runtime.Runc && name != runtime.GVisor {
 			return nil, fmt.Errorf("unknown runtime %q; supported: %s: %w", name, strings.Join([]string{runtime.Runc, runtime.GVisor}, ", "), errdefs.ErrInvalid)
+		}
+		if err := m.disabled[name]; err != nil {
+			return nil, err
 		}
 		return nil, fmt.Errorf("runtime %q is not enabled on this server (enabled: %s): %w", name, strings.Join(m.Runtimes(), ", "), errdefs.ErrUnavailable)
 	}

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/sandbox"
+)
+
+// Languages the sandboxes run.
+var languages = []string{"python", "bash", "javascript"}
+
+// ExecuteRequest is the body of POST /v1/execute.
+type ExecuteRequest struct {
+	Language string            `json:"language"`
+	Code     *string           `json:"code"`
+	Stdin    string            `json:"stdin"`
+	TimeoutS *float64          `json:"timeout_s"`
+	Files    map[string]string `json:"files"`
+	Env      map[string]string `json:"env"`
+	Runtime  string            `json:"runtime"`
+}
+
+// ExecuteResponse is how a run ended.
+type ExecuteResponse struct {
+	Status     string  `json:"status"`
+	ExitCode   int     `json:"exit_code"`
+	Signal     *string `json:"signal"`
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	Truncated  bool    `json:"truncated"`
+	DurationMs float64 `json:"duration_ms"`
+	CPUMs      float64 `json:"cpu_ms"`
+	MaxRSSKB   int64   `json:"max_rss_kb"`
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf(format+": %w", append(a, errdefs.ErrInvalid)...)
+}
+
+// checkLanguage defaults an empty language to python.
+func checkLanguage(lang string) (string, error) {
+	if lang == "" {
+		return "python", nil
+	}
+	for _, l := range languages {
+		if lang == l {
+			return lang, nil
+		}
+	}
+	return "", invalid("unknown language %q; supported: %s", lang, strings.Join(languages, ", "))
+}
+
+// timeout turns a requested time-out in seconds into a duration within the
+// server's bounds.
+func (s *Server) timeout(seconds *float64, field string) (time.Duration, error) {
+	if seconds == nil {
+		return s.cfg.Timeout, nil
+	}
+	v := *seconds
+	if math.IsNaN(v) || v <= 0 {
+		return 0, invalid("%s must be a positive number of seconds, got %g", field, v)
+	}
+	if max := s.cfg.MaxTimeout.Seconds(); v > max {
+		return 0, invalid("%s %g exceeds the server's maximum of %g seconds", field, v, max)
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
+// toAgent validates a request and turns it into what the agent runs.
+func (s *Server) toAgent(req *ExecuteRequest) (*agent.ExecRequest, error) {
+	lang, err := checkLanguage(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	if req.Code == nil {
+		return nil, invalid(`field "code" is required`)
+	}
+	timeout, err := s.timeout(req.TimeoutS, "timeout_s")
+	if err != nil {
+		return nil, err
+	}
+	out := &agent.ExecRequest{Language: lang, Code: *req.Code, Stdin: []byte(req.Stdin), Env: req.Env,
+		TimeoutMs: timeout.Milliseconds(), OutputCap: s.cfg.OutputCap}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, invalid("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+	}
+	if len(req.Files) > 0 {
+		out.Files = make(map[string][]byte, len(req.Files))
+		names := make([]string, 0, len(req.Files))
+		for name := range req.Files {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if err := checkRelPath(name); err != nil {
+				return nil, err
+			}
+			b, err := base64.StdEncoding.DecodeString(req.Files[name])
+			if err != nil {
+				return nil, invalid("files[%q] is not valid base64: %v", name, err)
+			}
+			out.Files[name] = b
+		}
+	}
+	return out, nil
+}
+
+// checkRelPath accepts a path relative to /workspace that stays inside it.
+func checkRelPath(name string) error {
+	clean := path.Clean(name)
+	if name == "" || strings.ContainsRune(name, 0) || path.IsAbs(name) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return invalid("file name %q must be a relative path inside /workspace", name)
+	}
+	return nil
+}
+
+func toResponse(res *sandbox.Result) ExecuteResponse {
+	out := ExecuteResponse{Status: res.Status, ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr),
+		Truncated: res.StdoutTruncated || res.StderrTruncated, DurationMs: res.DurationMs, CPUMs: res.CPUMs, MaxRSSKB: res.MaxRSSKB}
+	if res.Signal != "" {
+		sig := res.Signal
+		out.Signal = &sig
+	}
+	return out
+}
+
+func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req ExecuteRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	areq, err := s.toAgent(&req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.mgr.Execute(r.Context(), req.Runtime, areq, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toResponse(res))
+}
