@@ -76,6 +76,9 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 func (z *zygote) recv() (zygoteMsg, error) {
 	buf := make([]byte, 65536)
 	n, _, _, _, err := syscall.Recvmsg(z.sock, buf, nil, 0)
+	for err == syscall.EINTR { // gVisor does not always restart it after SIGCHLD
+		n, _, _, _, err = syscall.Recvmsg(z.sock, buf, nil, 0)
+	}
 	if err != nil {
 		return zygoteMsg{}, err
 	}
@@ -92,6 +95,7 @@ func (z *zygote) readLoop() {
 	for {
 		m, err := z.recv()
 		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: zygote connection: %v\n", err)
 			return
 		}
 		switch m.Type {

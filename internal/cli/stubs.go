@@ -3,4 +3,3 @@ package cli
 import "context"
 
 func Doctor(ctx context.Context, args []string, env Env) error { return nil }
-func Bench(ctx context.Context, args []string, env Env) error  { return nil }

@@ -40,6 +40,11 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	if err := os.MkdirAll(dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	// The sandbox's root and agent live below; in a user namespace the
+	// container's root is an unprivileged host uid that must traverse here.
+	if err := os.Chmod(dataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	agentBin := cfg.AgentBinary
 	if agentBin == "" {
 		if agentBin, err = os.Executable(); err != nil {
@@ -123,6 +128,11 @@ func sandboxEnv() []string {
 		"MPLBACKEND=Agg",
 		"MPLCONFIGDIR=/tmp/.matplotlib",
 		"PYTHONDONTWRITEBYTECODE=1",
+		// One core per sandbox: BLAS thread pools would only add fork and
+		// memory cost, and forking a process with live threads is fragile.
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
 	}
 }
 
