@@ -78,7 +78,7 @@ func freePort(t testing.TB) string {
 func startServer(t testing.TB, dataDir string, args ...string) *server {
 	t.Helper()
 	if dataDir == "" {
-		dataDir = t.TempDir()
+		dataDir = newDataDir(t)
 	}
 	addr := freePort(t)
 	all := append([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--pool-size", "2", "--gvisor-pool-size", "1", "--log-level", "debug"}, args...)
@@ -236,4 +236,25 @@ func mustTempDir() string {
 		panic(err)
 	}
 	return d
+}
+
+func syscall9() syscall.Signal  { return syscall.SIGKILL }
+func syscall15() syscall.Signal { return syscall.SIGTERM }
+
+// newDataDir is a data directory the sandboxes' mapped uids can traverse
+// (t.TempDir's parent is private to root).
+func newDataDir(t testing.TB) string {
+	d := mustTempDir()
+	if err := os.Chmod(d, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func decodeJSON(t testing.TB, resp *http.Response, out any) {
+	t.Helper()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("answer is not JSON: %v", err)
+	}
 }

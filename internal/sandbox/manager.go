@@ -45,6 +45,11 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	if err := os.Chmod(dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if cfg.UserNS {
+		if err := checkTraversable(filepath.Dir(dataDir)); err != nil {
+			return nil, err
+		}
+	}
 	agentBin := cfg.AgentBinary
 	if agentBin == "" {
 		if agentBin, err = os.Executable(); err != nil {
@@ -234,4 +239,21 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// checkTraversable fails when a directory on the way to the data dir denies
+// "others" search permission, which the user namespace's uids need.
+func checkTraversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("data dir: %s is not searchable by others (mode %v), so sandboxes in a user namespace cannot reach their root; chmod o+x %s, choose another --data-dir, or run with --userns=false: %w", d, fi.Mode().Perm(), d, errdefs.ErrInvalid)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }

@@ -136,11 +136,19 @@ func (sb *Sandbox) stderrTail() string {
 // It is safe to call more than once.
 func (sb *Sandbox) Destroy(ctx context.Context) {
 	sb.destroyed.Do(func() {
-		if sb.client != nil {
-			sb.client.Close()
-		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
+		if sb.client != nil {
+			// EOF on its stdin makes the agent exit, which ends the container
+			// cleanly; delete --force is for one that does not.
+			sb.client.Close()
+			if sb.ctr != nil {
+				select {
+				case <-sb.ctr.Done():
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}
 		if err := sb.rt.Kill(ctx, sb.ID); err != nil {
 			sb.log.Warn("kill sandbox", "err", err)
 		}
@@ -161,13 +169,20 @@ func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput fu
 	sb.uses++
 	ooms := oomKills(sb.cgroup)
 	res, err := sb.client.Exec(ctx, req, onOutput)
-	if err != nil {
-		if errors.Is(err, agentclient.ErrAgentGone) && oomKills(sb.cgroup) > ooms {
-			// The runtime itself was the OOM victim (gVisor's sentry is one
-			// process on the host): the run is what used the memory.
-			return &Result{Status: StatusOOM, ExecResult: agent.ExecResult{ExitCode: 137, Signal: "SIGKILL"}}, nil
+	if errors.Is(err, agentclient.ErrAgentGone) {
+		// The run took the whole sandbox down: the agent died (gVisor lets a
+		// process of the same uid kill init, and has no pids limit on guest
+		// processes) or memory ran out and the runtime itself was killed. That is the run's outcome, not a server
+		// fault; the pool replaces the sandbox.
+		status, why := StatusKilled, "its init process died"
+		if oomKills(sb.cgroup) > ooms {
+			status, why = StatusOOM, "the sandbox ran out of memory"
 		}
-		if errors.Is(err, agentclient.ErrAgentGone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &Result{Status: status, ExecResult: agent.ExecResult{ExitCode: 137, Signal: "SIGKILL",
+			Stderr: []byte("codecell: sandbox destroyed during the run: " + why + "\n")}}, nil
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
