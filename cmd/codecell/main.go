@@ -11,11 +11,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/cli"
+	"github.com/codecell/codecell/internal/config"
 )
 
 const usage = `codecell runs untrusted code in isolated sandboxes (runc or gVisor).
@@ -88,13 +88,7 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var mods []string
-	for _, m := range strings.Split(*preload, ",") {
-		if m != "" {
-			mods = append(mods, m)
-		}
-	}
-	if err := agent.Run(stdin, stdout, agent.Options{Preload: mods}); err != nil {
+	if err := agent.Run(stdin, stdout, agent.Options{Preload: config.SplitList(*preload)}); err != nil {
 		slog.New(slog.NewTextHandler(stderr, nil)).Error("agent", "err", err)
 		return 1
 	}

@@ -105,8 +105,6 @@ func (a *Agent) handle(req Request, flush func()) {
 			return
 		}
 		reply(Event{Type: EvDone})
-	case OpPing:
-		reply(Event{Type: EvDone})
 	default:
 		reply(Event{Type: EvError, Error: fmt.Sprintf("unknown op %q", req.Op)})
 	}

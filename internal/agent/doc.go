@@ -22,7 +22,6 @@
 //     and exactly one "result" (or "error") event with the same ID.
 //   - "scrub": kill every process but the agent and the Python zygote, and empty
 //     /workspace, /tmp and /dev/shm. Answered by "done" (or "error").
-//   - "ping": answered by "done"; proves the agent is responsive.
 //
 // Agent → host: Event{ID, Type, ...}. Types: "ready" (ID 0, once, after the
 // zygote has preloaded its modules; carries Ready), "output" (Stream, Data),

@@ -56,7 +56,6 @@ type Event struct {
 const (
 	OpExec  = "exec"
 	OpScrub = "scrub"
-	OpPing  = "ping"
 
 	EvReady  = "ready"
 	EvOutput = "output"

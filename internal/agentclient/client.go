@@ -153,12 +153,6 @@ func (c *Client) Scrub(ctx context.Context) error {
 	return err
 }
 
-// Ping checks the agent answers.
-func (c *Client) Ping(ctx context.Context) error {
-	_, err := c.call(ctx, agent.Request{Op: agent.OpPing}, nil)
-	return err
-}
-
 // Close ends the conversation; the agent exits on EOF.
 func (c *Client) Close() error {
 	c.wmu.Lock()

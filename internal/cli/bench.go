@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/codecell/codecell/internal/bench"
+	"github.com/codecell/codecell/internal/config"
 	"github.com/codecell/codecell/internal/runtime"
 	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/server"
@@ -29,7 +29,7 @@ func Bench(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	rts := splitComma(runtimes)
+	rts := config.SplitList(runtimes)
 	if url == "" {
 		sizes := map[string]int{}
 		for _, rt := range rts {
@@ -79,14 +79,4 @@ func Bench(ctx context.Context, args []string, env Env) error {
 		{Name: "numpy version", Code: "import numpy; print(numpy.__version__)", Concurrency: 1},
 		{Name: "numpy version", Code: "import numpy; print(numpy.__version__)", Concurrency: 8},
 	}})
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

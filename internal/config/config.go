@@ -171,7 +171,7 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "how long a stopping server waits for running requests")
 	// Parsed values land in the struct after fs.Parse; these two need converting.
 	c.afterParse = func() {
-		c.Preload = splitList(preload)
+		c.Preload = SplitList(preload)
 		c.UserNSBase = uint32(base)
 		c.SandboxUID = uint32(uid)
 	}
@@ -185,7 +185,8 @@ func (c *Config) Finish() {
 	}
 }
 
-func splitList(s string) []string {
+// SplitList splits a comma-separated setting, dropping empty items.
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -93,9 +92,7 @@ func (r *Runtime) command(ctx context.Context, args ...string) *exec.Cmd {
 // Container is one running `RUNTIME run`.
 type Container struct {
 	ID   string
-	cmd  *exec.Cmd
 	done chan struct{}
-	err  error
 }
 
 // Run starts the container in bundle in the foreground, its init's stdio
@@ -104,13 +101,13 @@ type Container struct {
 func (r *Runtime) Run(id, bundle string, stdin io.Reader, stdout, stderr io.Writer) (*Container, error) {
 	cmd := exec.Command(r.binary, append(append([]string(nil), r.global...), "run", "--bundle", bundle, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s run %s: %w", r.name, id, err)
 	}
-	c := &Container{ID: id, cmd: cmd, done: make(chan struct{})}
+	c := &Container{ID: id, done: make(chan struct{})}
 	go func() {
-		c.err = cmd.Wait()
+		cmd.Wait()
 		close(c.done)
 	}()
 	return c, nil
