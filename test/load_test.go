@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -117,12 +116,12 @@ func TestNothingOutlivesTheServer(t *testing.T) {
 	s2 := startServer(t, dataDir, "--pool-size", "2", "--gvisor-pool-size", "1")
 	// The restarted server removed the old sandboxes before making its own.
 	for _, id := range old {
-		assertGone(t, id)
+		assertGone(t, dataDir, id)
 	}
 	fresh := sandboxIDs(t, dataDir)
 	s2.stop(syscall15())
 	for _, id := range fresh {
-		assertGone(t, id)
+		assertGone(t, dataDir, id)
 	}
 	if left := sandboxIDs(t, dataDir); len(left) != 0 {
 		t.Fatalf("after a clean stop the runtimes still list %v", left)
@@ -143,7 +142,7 @@ func sandboxIDs(t *testing.T, dataDir string) []string {
 	return ids
 }
 
-func assertGone(t *testing.T, id string) {
+func assertGone(t *testing.T, dataDir, id string) {
 	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/codecell", id))
 	if v2, err := os.Stat(filepath.Join("/sys/fs/cgroup/codecell", id)); err == nil && v2.IsDir() {
@@ -156,7 +155,7 @@ func assertGone(t *testing.T, id string) {
 	if len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("processes of %s are left: %s", id, out)
 	}
-	if _, err := os.Stat(fmt.Sprintf("%s", id)); err == nil {
+	if _, err := os.Stat(filepath.Join(dataDir, "bundles", id)); err == nil {
 		t.Errorf("bundle of %s is left", id)
 	}
 }

@@ -187,7 +187,9 @@ func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput fu
 		}
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
 	}
-	return &Result{ExecResult: *res, Status: classify(res, oomKills(sb.cgroup) > ooms)}, nil
+	// Only a SIGKILL can be the OOM killer's; other runs skip the second read.
+	oomKilled := res.Signal == "SIGKILL" && oomKills(sb.cgroup) > ooms
+	return &Result{ExecResult: *res, Status: classify(res, oomKilled)}, nil
 }
 
 // Scrub readies a stateless sandbox for its next run.
