@@ -71,6 +71,31 @@ func TestScrubBetweenRuns(t *testing.T) {
 	}
 }
 
+// IPC objects outlive their processes; the scrub removes them, so a System V
+// segment, semaphore set or message queue, or a POSIX message queue, cannot
+// carry anything from one run to the next.
+func TestScrubRemovesIPCObjects(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	testutil.RequiresBinary(t, "runsc")
+	s := startServer(t, "", "--pool-size", "1", "--gvisor-pool-size", "1")
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			const prelude = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+			// With IPC_CREAT (0o1000) each call makes the object; without, it only finds one.
+			first := s.exec(t, py(rt, prelude+"print(libc.shmget(0x5eed, 4096, 0o1600) >= 0, libc.semget(0x5eed, 1, 0o1600) >= 0, libc.msgget(0x5eed, 0o1600) >= 0, libc.mq_open(b'/left', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0)"))
+			if first.Status != "ok" || first.Stdout != "True True True True\n" {
+				t.Fatalf("first run could not make its IPC objects: %+v", first)
+			}
+			second := s.exec(t, py(rt, prelude+"print(libc.shmget(0x5eed, 0, 0), libc.semget(0x5eed, 0, 0), libc.msgget(0x5eed, 0), libc.mq_open(b'/left', os.O_RDWR, 0, None))"))
+			if second.Status != "ok" || second.Stdout != "-1 -1 -1 -1\n" {
+				t.Fatalf("second run found the first's IPC objects: %+v", second)
+			}
+			s.requireHealthy(t, rt)
+		})
+	}
+}
+
 // When every sandbox is busy and the queue is full, the answer is 429 with
 // Retry-After, at once.
 func TestBusyAnswers429(t *testing.T) {

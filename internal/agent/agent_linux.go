@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -30,17 +31,29 @@ type Agent struct {
 
 	outMu sync.Mutex
 	out   *json.Encoder
+
+	mu      sync.Mutex
+	exiting []<-chan exitInfo // runs that reported their end and are being reaped
 }
 
 // Run serves requests from in until it reaches EOF.
 func Run(in io.Reader, out io.Writer, opts Options) error {
 	// Nothing in the sandbox may ptrace us or write our memory, even with our uid.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// The agent only waits and copies; one P spares a busy pool the threads
+	// that would otherwise spin looking for work after every wake-up.
+	runtime.GOMAXPROCS(1)
 	// As PID 1 we only get the signals we handle. Handling (not ignoring) them
 	// keeps the runs we start at default dispositions.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP,
 		syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM)
 
+	if f, ok := in.(*os.File); ok {
+		in = pollable(f)
+	}
+	if f, ok := out.(*os.File); ok {
+		out = pollable(f)
+	}
 	bw := bufio.NewWriterSize(out, 64*1024)
 	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw)}
 	flush := func() { bw.Flush() }
@@ -71,6 +84,17 @@ func Run(in io.Reader, out io.Writer, opts Options) error {
 		}
 		go a.handle(req, flush)
 	}
+}
+
+// pollable moves a pipe the runtime handed us (blocking) onto Go's poller,
+// so waiting for the host does not park a thread in read(2) and keep the
+// scheduler's monitor polling every 20µs; across a pool of busy sandboxes
+// those wake-ups cost more CPU than the runs.
+func pollable(f *os.File) *os.File {
+	if syscall.SetNonblock(int(f.Fd()), true) != nil {
+		return f
+	}
+	return os.NewFile(f.Fd(), f.Name())
 }
 
 func (a *Agent) send(ev Event, flush func()) {

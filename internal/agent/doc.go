@@ -20,8 +20,9 @@
 //   - "exec": run Exec (language, code, stdin, env, files, time-out, output cap).
 //     Answered by zero or more "output" events (only when Exec.Stream is set)
 //     and exactly one "result" (or "error") event with the same ID.
-//   - "scrub": kill every process but the agent and the Python zygote, and empty
-//     /workspace, /tmp and /dev/shm. Answered by "done" (or "error").
+//   - "scrub": kill every process but the agent and the Python zygote, empty
+//     /workspace, /tmp, /dev/shm and /dev/mqueue, and remove every System V
+//     IPC object. Answered by "done" (or "error").
 //
 // Agent → host: Event{ID, Type, ...}. Types: "ready" (ID 0, once, after the
 // zygote has preloaded its modules; carries Ready), "output" (Stream, Data),

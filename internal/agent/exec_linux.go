@@ -180,6 +180,7 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 	select {
 	case info = <-exit:
 	case info = <-reported:
+		a.noteExiting(exit)
 	case <-timer.C:
 		timedOut = true
 		syscall.Kill(-pid, syscall.SIGKILL)
@@ -210,6 +211,14 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 		res.Signal = unix.SignalName(ws.Signal())
 	}
 	return res, nil
+}
+
+// noteExiting remembers a run that reported its end but may not have been
+// reaped yet, so the next scrub can wait for it instead of polling /proc.
+func (a *Agent) noteExiting(exit <-chan exitInfo) {
+	a.mu.Lock()
+	a.exiting = append(a.exiting, exit)
+	a.mu.Unlock()
 }
 
 // spawn starts a program directly under the agent, in its own session.

@@ -6,16 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
 
+// exitWait bounds how long a scrub waits for exiting runs before it kills.
+const exitWait = 100 * time.Millisecond
+
 // scrubbedDirs are emptied between stateless runs.
-var scrubbedDirs = []string{workspace, "/tmp", "/dev/shm"}
+var scrubbedDirs = []string{workspace, "/tmp", "/dev/shm", "/dev/mqueue"}
 
 // scrub returns the sandbox to the state it had before the first run: only
-// the agent and the zygote alive, and no file any run wrote.
+// the agent and the zygote alive, no file any run wrote, no IPC object left.
 func (a *Agent) scrub() error {
 	if a.zygote != nil && !a.zygote.alive() {
 		return errors.New("python zygote died")
@@ -24,6 +26,22 @@ func (a *Agent) scrub() error {
 	if a.zygote != nil {
 		for _, pid := range a.zygote.keep() {
 			keep[pid] = true
+		}
+	}
+	// The last run usually reported its end a moment ago and is still
+	// exiting; once it is reaped, one pass over /proc is mostly all it takes.
+	a.mu.Lock()
+	exiting := a.exiting
+	a.exiting = nil
+	a.mu.Unlock()
+	wait := time.NewTimer(exitWait)
+	defer wait.Stop()
+waiting:
+	for _, ch := range exiting {
+		select {
+		case <-ch:
+		case <-wait.C:
+			break waiting
 		}
 	}
 	// A forking process can add children while we kill; a few passes catch
@@ -50,30 +68,30 @@ func (a *Agent) scrub() error {
 			return err
 		}
 	}
+	if err := removeSysVIPC(); err != nil {
+		return err
+	}
 	if a.zygote != nil {
 		return a.zygote.prefork()
 	}
 	return nil
 }
 
-// livePids lists the processes of this PID namespace that are not zombies.
+// livePids lists the processes of this PID namespace. A killed process
+// stays listed until it is reaped; both reapers here (the agent as PID 1, and
+// the zygote for its runs) do so at once, so the scrub loop ends.
 func livePids() []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	f, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(-1)
+	pids := make([]int, 0, len(names))
+	for _, name := range names {
+		if pid, err := strconv.Atoi(name); err == nil {
+			pids = append(pids, pid)
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // already gone
-		}
-		// The state follows the parenthesised command name, which may itself hold ") ".
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		pids = append(pids, pid)
 	}
 	return pids
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -16,7 +17,7 @@ var zygoteSource string
 // zygote is the agent's handle on the Python process that forks runs.
 type zygote struct {
 	proc  *os.Process
-	sock  int // our end of the SOCK_SEQPACKET pair
+	sock  *net.UnixConn // our end of the SOCK_SEQPACKET pair, on Go's poller
 	ready Ready
 
 	reqMu   sync.Mutex     // one request in flight: replies match requests in order
@@ -52,6 +53,12 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 		return nil, err
 	}
 	defer devnull.Close()
+	ours := os.NewFile(uintptr(fds[0]), "zygote-sock")
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("zygote socket: %w", err)
+	}
 	args := append([]string{python, "-c", zygoteSource}, preload...)
 	proc, _, err := r.start(python, args, &os.ProcAttr{
 		Dir:   workspace,
@@ -59,10 +66,10 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 		Files: []*os.File{devnull, devnull, os.Stderr, theirs},
 	})
 	if err != nil {
-		syscall.Close(fds[0])
+		conn.Close()
 		return nil, fmt.Errorf("start zygote: %w", err)
 	}
-	z := &zygote{proc: proc, sock: fds[0], replies: make(chan zygoteMsg), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
+	z := &zygote{proc: proc, sock: conn.(*net.UnixConn), replies: make(chan zygoteMsg), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
 	msg, err := z.recv()
 	if err != nil || msg.Type != "ready" {
 		proc.Kill()
@@ -75,10 +82,7 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 
 func (z *zygote) recv() (zygoteMsg, error) {
 	buf := make([]byte, 65536)
-	n, _, _, _, err := syscall.Recvmsg(z.sock, buf, nil, 0)
-	for err == syscall.EINTR { // gVisor does not always restart it after SIGCHLD
-		n, _, _, _, err = syscall.Recvmsg(z.sock, buf, nil, 0)
-	}
+	n, err := z.sock.Read(buf)
 	if err != nil {
 		return zygoteMsg{}, err
 	}
@@ -142,7 +146,7 @@ func (z *zygote) request(op string, fds []int) (zygoteMsg, error) {
 	if len(fds) > 0 {
 		oob = syscall.UnixRights(fds...)
 	}
-	if err := syscall.Sendmsg(z.sock, []byte(`{"op":"`+op+`"}`), oob, nil, 0); err != nil {
+	if _, _, err := z.sock.WriteMsgUnix([]byte(`{"op":"`+op+`"}`), oob, nil); err != nil {
 		return zygoteMsg{}, fmt.Errorf("send to zygote: %w", err)
 	}
 	select {

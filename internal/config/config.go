@@ -52,7 +52,7 @@ func Default() Config {
 		Runtime:       "runc",
 		PoolSize:      8,
 		GVisorPool:    2,
-		MaxReuse:      200,
+		MaxReuse:      1000,
 		QueueSize:     64,
 		Preload:       []string{"numpy", "pandas", "scipy", "matplotlib"},
 		UserNS:        true,
