@@ -6,10 +6,13 @@
 # sys.argv == ['-c'], exceptions printed by sys.excepthook, SystemExit, atexit
 # handlers and non-daemon threads handled as CPython's shutdown does.
 #
-# Agent -> zygote: {"op": "run"} with 5 fds (stdin, stdout, stderr, request
-# pipe, status pipe), answered {"type": "started", "pid"}; {"op": "prefork"},
-# answered {"type": "spare", "pid"}. Zygote -> agent, unprompted:
-# {"type": "exit", "pid", "status", "maxrss_kb", "cpu_s"} for every child.
+# Agent -> zygote: {"op": "prefork"}, answered {"type": "spare", "pid"} with
+# the agent's end of a socket to that spare attached; the agent starts a run
+# by sending the spare "run" with 5 fds (stdin, stdout, stderr, request pipe,
+# status pipe), or, with no spare at hand, sends the zygote {"op": "run"} and
+# the 5 fds, answered {"type": "started", "pid"}. Zygote -> agent,
+# unprompted: {"type": "exit", "pid", "status", "maxrss_kb", "cpu_s"} for
+# every child.
 # A run writes {"exit", "cpu_s", "maxrss_kb"} to its status pipe just before
 # it exits, so the agent need not wait for the kernel to tear it down.
 import atexit, builtins, gc, json, os, resource, select, signal, socket, sys, types
@@ -87,12 +90,38 @@ def _child_setup(close):
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
 
+def _warm_up():
+    # A fresh child pays a copy-on-write fault for every page it first
+    # writes: ~1 ms of print(1)'s run. Going through a run's motions once,
+    # with dummies, while this spare waits takes most of them off the
+    # request's path.
+    json.loads(json.dumps({"code": "pass", "env": dict(os.environ), "cwd": "/workspace"}))
+    _set_environ(dict(os.environ))
+    exec(compile("_ = [str(i) for i in range(3)]", "<string>", "exec"), {"__builtins__": builtins})
+    atexit._run_exitfuncs()
+    resource.getrusage(resource.RUSAGE_SELF)
+    resource.getrusage(resource.RUSAGE_CHILDREN)
+
+def _set_environ(env):
+    # Usually the run's environment is the zygote's own: touch only what differs.
+    for k in [k for k in os.environ if k not in env]:
+        del os.environ[k]
+    for k, v in env.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+
+def _read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
 def _serve(sock):
     rd, wr = os.pipe()
     os.set_blocking(wr, False)
     signal.set_wakeup_fd(wr)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    spare = None  # (pid, socket to it)
     send = lambda **m: sock.send(json.dumps(m).encode())
     while True:
         try:
@@ -111,9 +140,6 @@ def _serve(sock):
                     break
                 if pid == 0:
                     break
-                if spare and spare[0] == pid:
-                    spare[1].close()
-                    spare = None
                 send(type="exit", pid=pid, status=status, maxrss_kb=ru.ru_maxrss,
                      cpu_s=ru.ru_utime + ru.ru_stime)
         if sock not in ready:
@@ -122,31 +148,24 @@ def _serve(sock):
         if not msg:
             os._exit(0)  # the agent is gone
         op = json.loads(msg)["op"]
-        if op == "prefork" and spare is None:
+        if op == "prefork":
+            # The spare's end of its socket goes to the agent, which hands the
+            # run's fds to the spare directly: the zygote is not on the path.
             theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             pid = os.fork()
             if pid == 0:
                 ours.close()
                 _child_setup([rd, wr, sock.detach()])
+                _warm_up()
                 msg, fds, _, _ = socket.recv_fds(theirs, 16, 8)
                 if not msg:
-                    os._exit(0)
+                    os._exit(0)  # the agent let this spare go
                 theirs.close()
                 return fds
             theirs.close()
-            spare = (pid, ours)
-            send(type="spare", pid=pid)
-        elif op == "prefork":
-            send(type="spare", pid=spare[0])
-        elif op == "run" and spare is not None:
-            pid, conn = spare
-            spare = None
-            socket.send_fds(conn, [b"run"], fds)
-            conn.close()
-            for fd in fds:
-                os.close(fd)
-            send(type="started", pid=pid)
-        elif op == "run":
+            socket.send_fds(sock, [json.dumps({"type": "spare", "pid": pid}).encode()], [ours.fileno()])
+            ours.close()
+        elif op == "run":  # no spare at hand: fork one for this run
             pid = os.fork()
             if pid == 0:
                 _child_setup([rd, wr, sock.detach()])
@@ -168,15 +187,13 @@ _stdin, _stdout, _stderr, _reqfd, _statusfd = _serve(sock)
 
 # From here on this process is the run, with a fresh __main__ of its own.
 _main = sys.modules["__main__"]
-with os.fdopen(_reqfd, "rb") as _f:
-    _req = json.loads(_f.read())
+_req = json.loads(_read_all(_reqfd))
 for _i, _fd in enumerate((_stdin, _stdout, _stderr)):
     os.dup2(_fd, _i)
     os.close(_fd)
 if _req.get("cwd"):
     os.chdir(_req["cwd"])
-os.environ.clear()
-os.environ.update(_req.get("env") or {})
+_set_environ(_req.get("env") or {})
 
 def _exit_code(e):
     # CPython's handle_system_exit: None is 0, an int is itself, anything else

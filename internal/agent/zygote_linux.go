@@ -24,8 +24,15 @@ type zygote struct {
 	replies chan zygoteMsg // "started" and "spare" answers
 	mu      sync.Mutex
 	waiters map[int]chan exitInfo
-	spare   int // pid of the pre-forked child, 0 if none
+	spare   *spare // the pre-forked child, nil if none
 	dead    chan struct{}
+}
+
+// spare is a child forked ahead of need, waiting on its own socket for the
+// fds of its run.
+type spare struct {
+	pid  int
+	conn *net.UnixConn
 }
 
 type zygoteMsg struct {
@@ -39,6 +46,7 @@ type zygoteMsg struct {
 	Loaded   []string          `json:"loaded"`
 	Failed   map[string]string `json:"failed"`
 	exit     <-chan exitInfo
+	fds      []int // passed along with the message
 }
 
 func startZygote(r *reaper, python string, preload []string, env []string) (*zygote, error) {
@@ -48,17 +56,16 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 	}
 	theirs := os.NewFile(uintptr(fds[1]), "zygote-sock")
 	defer theirs.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
-	}
-	defer devnull.Close()
-	ours := os.NewFile(uintptr(fds[0]), "zygote-sock")
-	conn, err := net.FileConn(ours)
-	ours.Close()
+	conn, err := unixConn(fds[0])
 	if err != nil {
 		return nil, fmt.Errorf("zygote socket: %w", err)
 	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	defer devnull.Close()
 	args := append([]string{python, "-c", zygoteSource}, preload...)
 	proc, _, err := r.start(python, args, &os.ProcAttr{
 		Dir:   workspace,
@@ -69,7 +76,7 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 		conn.Close()
 		return nil, fmt.Errorf("start zygote: %w", err)
 	}
-	z := &zygote{proc: proc, sock: conn.(*net.UnixConn), replies: make(chan zygoteMsg), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
+	z := &zygote{proc: proc, sock: conn, replies: make(chan zygoteMsg), waiters: map[int]chan exitInfo{}, dead: make(chan struct{})}
 	msg, err := z.recv()
 	if err != nil || msg.Type != "ready" {
 		proc.Kill()
@@ -80,9 +87,21 @@ func startZygote(r *reaper, python string, preload []string, env []string) (*zyg
 	return z, nil
 }
 
+// unixConn puts a socket fd on Go's poller (the fd is taken over).
+func unixConn(fd int) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), "unix")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
+}
+
 func (z *zygote) recv() (zygoteMsg, error) {
 	buf := make([]byte, 65536)
-	n, err := z.sock.Read(buf)
+	oob := make([]byte, syscall.CmsgSpace(4))
+	n, oobn, _, _, err := z.sock.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return zygoteMsg{}, err
 	}
@@ -90,8 +109,23 @@ func (z *zygote) recv() (zygoteMsg, error) {
 		return zygoteMsg{}, errors.New("zygote closed its socket")
 	}
 	var m zygoteMsg
-	err = json.Unmarshal(buf[:n], &m)
-	return m, err
+	if cmsgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, c := range cmsgs {
+			fds, _ := syscall.ParseUnixRights(&c)
+			m.fds = append(m.fds, fds...)
+		}
+	}
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		closeFds(m.fds)
+		return zygoteMsg{}, err
+	}
+	return m, nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
 }
 
 func (z *zygote) readLoop() {
@@ -105,26 +139,30 @@ func (z *zygote) readLoop() {
 		switch m.Type {
 		case "started":
 			// Registered here, before the next message (possibly its exit) is read.
-			ch := make(chan exitInfo, 1)
-			z.mu.Lock()
-			z.waiters[m.Pid] = ch
-			if z.spare == m.Pid {
-				z.spare = 0
-			}
-			z.mu.Unlock()
-			m.exit = ch
+			m.exit = z.await(m.Pid)
 			z.replies <- m
 		case "spare":
+			if len(m.fds) != 1 {
+				closeFds(m.fds)
+				fmt.Fprintf(os.Stderr, "agent: zygote sent a spare without its socket\n")
+				continue
+			}
+			conn, err := unixConn(m.fds[0])
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "agent: spare socket: %v\n", err)
+				continue
+			}
 			z.mu.Lock()
-			z.spare = m.Pid
+			z.spare = &spare{pid: m.Pid, conn: conn}
 			z.mu.Unlock()
 			z.replies <- m
 		case "exit":
 			z.mu.Lock()
 			ch, ok := z.waiters[m.Pid]
 			delete(z.waiters, m.Pid)
-			if z.spare == m.Pid {
-				z.spare = 0
+			if z.spare != nil && z.spare.pid == m.Pid {
+				z.spare.conn.Close()
+				z.spare = nil
 			}
 			z.mu.Unlock()
 			if ok {
@@ -132,6 +170,15 @@ func (z *zygote) readLoop() {
 			}
 		}
 	}
+}
+
+// await registers for the exit of one of the zygote's children.
+func (z *zygote) await(pid int) <-chan exitInfo {
+	ch := make(chan exitInfo, 1)
+	z.mu.Lock()
+	z.waiters[pid] = ch
+	z.mu.Unlock()
+	return ch
 }
 
 func rusage(cpuS float64, maxRSSKB int64) syscall.Rusage {
@@ -159,8 +206,28 @@ func (z *zygote) request(op string, fds []int) (zygoteMsg, error) {
 
 // prefork has the zygote fork the next run's process ahead of need.
 func (z *zygote) prefork() error {
+	z.mu.Lock()
+	have := z.spare != nil
+	z.mu.Unlock()
+	if have {
+		return nil
+	}
 	_, err := z.request("prefork", nil)
 	return err
+}
+
+// takeSpare claims the spare for a run, registered for its exit first.
+func (z *zygote) takeSpare() (*spare, <-chan exitInfo) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	sp := z.spare
+	if sp == nil {
+		return nil, nil
+	}
+	z.spare = nil
+	ch := make(chan exitInfo, 1)
+	z.waiters[sp.pid] = ch
+	return sp, ch
 }
 
 // spawnedRun is a Python run in progress.
@@ -171,7 +238,8 @@ type spawnedRun struct {
 }
 
 // run hands a run its stdio; req is written to the child through a pipe so
-// code of any size fits.
+// code of any size fits. The spare gets the fds straight from us; only
+// without one does the zygote fork on the spot.
 func (z *zygote) run(stdio [3]*os.File, req []byte) (*spawnedRun, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
@@ -188,7 +256,16 @@ func (z *zygote) run(stdio [3]*os.File, req []byte) (*spawnedRun, error) {
 		reqW.Write(req)
 		reqW.Close()
 	}()
-	m, err := z.request("run", []int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()), int(reqR.Fd()), int(statusW.Fd())})
+	fds := []int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()), int(reqR.Fd()), int(statusW.Fd())}
+	if sp, exit := z.takeSpare(); sp != nil {
+		_, _, err := sp.conn.WriteMsgUnix([]byte("run"), syscall.UnixRights(fds...), nil)
+		sp.conn.Close()
+		if err == nil {
+			return &spawnedRun{pid: sp.pid, exit: exit, status: statusR}, nil
+		}
+		// The spare died under us (its exit is on the way); fork instead.
+	}
+	m, err := z.request("run", fds)
 	if err != nil {
 		statusR.Close()
 		return nil, err
@@ -200,8 +277,8 @@ func (z *zygote) run(stdio [3]*os.File, req []byte) (*spawnedRun, error) {
 func (z *zygote) keep() []int {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.spare != 0 {
-		return []int{z.proc.Pid, z.spare}
+	if z.spare != nil {
+		return []int{z.proc.Pid, z.spare.pid}
 	}
 	return []int{z.proc.Pid}
 }
