@@ -85,10 +85,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	preload := fs.String("preload", "", "comma-separated Python modules to import in the zygote")
+	gvisor := fs.Bool("gvisor", false, "the sandbox runs under gVisor")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := agent.Run(stdin, stdout, agent.Options{Preload: config.SplitList(*preload)}); err != nil {
+	if err := agent.Run(stdin, stdout, agent.Options{Preload: config.SplitList(*preload), GVisor: *gvisor}); err != nil {
 		slog.New(slog.NewTextHandler(stderr, nil)).Error("agent", "err", err)
 		return 1
 	}

@@ -17,11 +17,6 @@ import (
 
 const workspace = "/workspace"
 
-// Options configure the agent; they arrive as command-line flags.
-type Options struct {
-	Preload []string // Python modules the zygote imports before the first run
-}
-
 // Agent serves one sandbox.
 type Agent struct {
 	env    []string
@@ -34,6 +29,8 @@ type Agent struct {
 
 	mu      sync.Mutex
 	exiting []<-chan exitInfo // runs that reported their end and are being reaped
+
+	ipc ipcCleaner
 }
 
 // Run serves requests from in until it reaches EOF.
@@ -55,7 +52,7 @@ func Run(in io.Reader, out io.Writer, opts Options) error {
 		out = pollable(f)
 	}
 	bw := bufio.NewWriterSize(out, 64*1024)
-	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw)}
+	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw), ipc: ipcCleaner{byID: opts.GVisor}}
 	flush := func() { bw.Flush() }
 	a.node, _ = exec.LookPath("node")
 

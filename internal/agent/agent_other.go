@@ -7,11 +7,6 @@ import (
 	"io"
 )
 
-// Options configure the agent.
-type Options struct {
-	Preload []string
-}
-
 // Run is only meaningful inside a Linux sandbox.
 func Run(in io.Reader, out io.Writer, opts Options) error {
 	return errors.New("the codecell agent runs only on Linux")

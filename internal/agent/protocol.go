@@ -63,3 +63,9 @@ const (
 	EvDone   = "done"
 	EvError  = "error"
 )
+
+// Options configure the agent; they arrive as command-line flags.
+type Options struct {
+	Preload []string // Python modules the zygote imports before the first run
+	GVisor  bool     // the sandbox runs under gVisor, whose IPC calls differ from Linux's
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,11 +65,11 @@ waiting:
 		time.Sleep(time.Millisecond)
 	}
 	for _, dir := range scrubbedDirs {
-		if err := emptyDir(dir); err != nil {
-			return err
+		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err // (gVisor before 2023 mounts no /dev/mqueue)
 		}
 	}
-	if err := removeSysVIPC(); err != nil {
+	if err := a.ipc.removeAll(); err != nil {
 		return err
 	}
 	if a.zygote != nil {

@@ -76,6 +76,9 @@ func create(ctx context.Context, rt *runtime.Runtime, dataDir string, spec Spec,
 	opts.Hostname = "sandbox"
 	opts.CgroupsPath = "/" + sb.cgroup
 	opts.Args = []string{oci.AgentPath, "agent", "--preload", strings.Join(spec.Preload, ",")}
+	if rt.Name() == runtime.GVisor {
+		opts.Args = append(opts.Args, "--gvisor")
+	}
 	s := oci.Build(opts)
 	rt.Adjust(s)
 	cfg, err := json.MarshalIndent(s, "", "  ")
