@@ -101,3 +101,31 @@ func TestNemoBadRequests(t *testing.T) {
 		t.Fatalf("bash: %+v", r)
 	}
 }
+
+// Upstream runs every request in one working directory and its suite writes
+// files with pandas and numpy in one request and reads them in the next.
+// Files persist; processes do not; stateless /v1/execute runs see none of it.
+func TestNemoFilesPersistBetweenRequests(t *testing.T) {
+	s := shared(t)
+	nemo := func(code string) nemoResult {
+		t.Helper()
+		var r nemoResult
+		resp := s.post(t, "/execute", map[string]any{"generated_code": code, "timeout": 30, "language": "python"}, &r)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %+v", resp.StatusCode, r)
+		}
+		return r
+	}
+	w := nemo("import numpy as np, pandas as pd, subprocess\npd.DataFrame({'a': [1, 2, 3]}).to_csv('frame.csv', index=False)\nnp.save('arr.npy', np.arange(4))\nsubprocess.Popen(['sleep', '300'])\nprint('written')")
+	if w.ProcessStatus != "completed" || w.Stdout != "written\n" {
+		t.Fatalf("write: %+v", w)
+	}
+	r := nemo("import numpy as np, pandas as pd, os\nprint(pd.read_csv('frame.csv')['a'].sum(), np.load('arr.npy').sum(), os.getcwd())\nprint([p for p in os.listdir('/proc') if p.isdigit() and 'sleep' in open(f'/proc/{p}/cmdline').read()])")
+	if r.ProcessStatus != "completed" || r.Stdout != "6 6 /workspace\n[]\n" {
+		t.Fatalf("read back: %+v", r)
+	}
+	stateless := s.exec(t, py("runc", "import os\nprint(os.path.exists('/workspace/frame.csv'))"))
+	if stateless.Stdout != "False\n" {
+		t.Fatalf("a stateless run saw NeMo's files: %+v", stateless)
+	}
+}

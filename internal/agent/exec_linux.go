@@ -215,10 +215,19 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 
 // noteExiting remembers a run that reported its end but may not have been
 // reaped yet, so the next scrub can wait for it instead of polling /proc.
+// Runs already reaped are dropped here, for sandboxes that are not scrubbed.
 func (a *Agent) noteExiting(exit <-chan exitInfo) {
 	a.mu.Lock()
-	a.exiting = append(a.exiting, exit)
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	live := a.exiting[:0]
+	for _, ch := range a.exiting {
+		select {
+		case <-ch:
+		default:
+			live = append(live, ch)
+		}
+	}
+	a.exiting = append(live, exit)
 }
 
 // spawn starts a program directly under the agent, in its own session.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/config"
@@ -27,6 +28,9 @@ type Manager struct {
 	pools    map[string]*Pool
 	disabled map[string]error // runtimes asked for but not installed
 	log      *slog.Logger
+
+	sharedMu sync.Mutex
+	shared   map[string]*Sandbox // long-lived sandboxes by name and runtime
 }
 
 // NewManager prepares the data directory, removes what a previous daemon left
@@ -67,7 +71,7 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	if err != nil {
 		return nil, err
 	}
-	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, disabled: map[string]error{}, log: log}
+	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, disabled: map[string]error{}, shared: map[string]*Sandbox{}, log: log}
 	m.spec = Spec{
 		Preload: cfg.Preload,
 		Options: oci.Options{
@@ -203,6 +207,39 @@ func (m *Manager) Execute(ctx context.Context, runtimeName string, req *agent.Ex
 	return res, err
 }
 
+// ExecuteShared runs a request in the long-lived sandbox called name, claimed
+// from the runtime's pool on first use. Unlike Execute's, its /workspace is
+// not emptied between runs: for protocols whose runs keep the files of the
+// ones before (NeMo's working directory). Processes still do not outlive
+// their run, whose process group is killed when it ends. A sandbox that died
+// is replaced, and its files are gone with it.
+func (m *Manager) ExecuteShared(ctx context.Context, name, runtimeName string, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, error) {
+	p, err := m.pool(runtimeName)
+	if err != nil {
+		return nil, err
+	}
+	key := name + "/" + p.name
+	m.sharedMu.Lock()
+	sb := m.shared[key]
+	if sb == nil || !sb.Alive() {
+		if sb != nil {
+			m.log.Warn("shared sandbox died; its files are lost", "name", name, "sandbox", sb.ID)
+			go sb.Destroy(context.Background())
+		}
+		if sb, err = p.Claim(ctx); err != nil {
+			m.sharedMu.Unlock()
+			return nil, err
+		}
+		m.shared[key] = sb
+	}
+	m.sharedMu.Unlock()
+	res, err := sb.Exec(ctx, req, onOutput)
+	if err != nil && errors.Is(err, errdefs.ErrUnavailable) {
+		return nil, fmt.Errorf("sandbox %s died during the run: %w", sb.ID, err)
+	}
+	return res, err
+}
+
 // WaitReady blocks until every pool can serve a run.
 func (m *Manager) WaitReady(ctx context.Context) error {
 	for name, p := range m.pools {
@@ -226,6 +263,12 @@ func (m *Manager) Stats() map[string]Stats {
 func (m *Manager) Close() {
 	for _, p := range m.pools {
 		p.Close()
+	}
+	m.sharedMu.Lock()
+	defer m.sharedMu.Unlock()
+	for key, sb := range m.shared {
+		sb.Destroy(context.Background())
+		delete(m.shared, key)
 	}
 }
 

@@ -119,13 +119,29 @@ func (p *Pool) Acquire(ctx context.Context) (*Sandbox, error) {
 	}
 }
 
+// Claim takes a warm sandbox out of the pool for good: the caller owns it and
+// destroys it; the pool starts a replacement at once.
+func (p *Pool) Claim(ctx context.Context) (*Sandbox, error) {
+	sb, err := p.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	delete(p.all, sb)
+	p.mu.Unlock()
+	if p.ctx.Err() == nil {
+		p.refill()
+	}
+	return sb, nil
+}
+
 // Release hands a sandbox back after a run. Scrubbing happens here, in the
 // background, so the caller's response is not delayed by it.
 func (p *Pool) Release(sb *Sandbox) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		if sb.uses < p.maxReuse && sb.Alive() && p.ctx.Err() == nil {
+		if sb.uses.Load() < int64(p.maxReuse) && sb.Alive() && p.ctx.Err() == nil {
 			ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 			err := sb.Scrub(ctx)
 			cancel()

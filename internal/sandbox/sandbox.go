@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
@@ -41,7 +42,7 @@ type Sandbox struct {
 	client    *agentclient.Client
 	bundle    string
 	cgroup    string
-	uses      int
+	uses      atomic.Int64 // runs started in it
 	destroyed sync.Once
 	log       *slog.Logger
 }
@@ -169,7 +170,7 @@ func (sb *Sandbox) Destroy(ctx context.Context) {
 
 // Exec runs one program and classifies how it ended.
 func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, error) {
-	sb.uses++
+	sb.uses.Add(1)
 	ooms := oomKills(sb.cgroup)
 	res, err := sb.client.Exec(ctx, req, onOutput)
 	if errors.Is(err, agentclient.ErrAgentGone) {

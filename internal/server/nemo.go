@@ -65,7 +65,9 @@ func (s *Server) handleNemoExecute(w http.ResponseWriter, r *http.Request) {
 		nemoError(w, status, err.Error())
 		return
 	}
-	res, err := s.mgr.Execute(r.Context(), "", areq, nil)
+	// Upstream runs every request in one working directory, and clients rely
+	// on files written by one request being there for the next.
+	res, err := s.mgr.ExecuteShared(r.Context(), "nemo", "", areq, nil)
 	if err != nil {
 		status, _ := statusOf(err)
 		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {

@@ -17,9 +17,10 @@ import (
 	"github.com/codecell/codecell/internal/sandbox"
 )
 
-// Executor runs stateless code; *sandbox.Manager is the real one.
+// Executor runs code; *sandbox.Manager is the real one.
 type Executor interface {
 	Execute(ctx context.Context, runtime string, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, error)
+	ExecuteShared(ctx context.Context, name, runtime string, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, error)
 	Stats() map[string]sandbox.Stats
 }
 

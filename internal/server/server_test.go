@@ -23,6 +23,10 @@ func (r refuseExecutor) Execute(context.Context, string, *agent.ExecRequest, fun
 	r.t.Fatal("Execute reached")
 	return nil, nil
 }
+func (r refuseExecutor) ExecuteShared(context.Context, string, string, *agent.ExecRequest, func(string, []byte)) (*sandbox.Result, error) {
+	r.t.Fatal("ExecuteShared reached")
+	return nil, nil
+}
 func (r refuseExecutor) Stats() map[string]sandbox.Stats { return nil }
 
 // Every route is in the OpenAPI document and every documented path is served.
