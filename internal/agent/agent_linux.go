@@ -31,6 +31,9 @@ type Agent struct {
 	exiting []<-chan exitInfo // runs that reported their end and are being reaped
 
 	ipc ipcCleaner
+
+	kmu     sync.Mutex // held while a cell runs
+	kernels kernels
 }
 
 // Run serves requests from in until it reaches EOF.
@@ -120,6 +123,8 @@ func (a *Agent) handle(req Request, flush func()) {
 			return
 		}
 		reply(Event{Type: EvResult, Result: res})
+	case OpProcesses:
+		reply(Event{Type: EvDone, Count: a.userProcesses()})
 	case OpScrub:
 		if err := a.scrub(); err != nil {
 			reply(Event{Type: EvError, Error: err.Error()})

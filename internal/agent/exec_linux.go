@@ -36,22 +36,27 @@ func (c *capture) read(f *os.File, emit func([]byte)) {
 	p := make([]byte, 32*1024)
 	for {
 		n, err := f.Read(p)
-		if n > 0 {
-			c.mu.Lock()
-			room := c.limit - c.buf.Len()
-			keep := min(n, max(room, 0))
-			c.buf.Write(p[:keep])
-			if keep < n {
-				c.truncated = true
-			}
-			c.mu.Unlock()
-			if emit != nil && keep > 0 {
-				emit(append([]byte(nil), p[:keep]...))
-			}
-		}
+		c.add(p[:n], emit)
 		if err != nil {
 			return
 		}
+	}
+}
+
+// add keeps what fits under the limit of b, and passes that on to emit.
+func (c *capture) add(b []byte, emit func([]byte)) {
+	if len(b) == 0 {
+		return
+	}
+	c.mu.Lock()
+	keep := min(len(b), max(c.limit-c.buf.Len(), 0))
+	c.buf.Write(b[:keep])
+	if keep < len(b) {
+		c.truncated = true
+	}
+	c.mu.Unlock()
+	if emit != nil && keep > 0 {
+		emit(append([]byte(nil), b[:keep]...))
 	}
 }
 
@@ -109,6 +114,9 @@ func envMap(env []string) map[string]string {
 
 // run executes one request and reports how it ended.
 func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*ExecResult, error) {
+	if req.Kernel {
+		return a.cell(req, emit)
+	}
 	if err := writeFiles(req.Files); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,10 @@ type ExecRequest struct {
 	TimeoutMs int64             `json:"timeout_ms"`
 	OutputCap int               `json:"output_cap"` // bytes kept per stream
 	Stream    bool              `json:"stream,omitempty"`
+	// Kernel runs the code in the sandbox's persistent interpreter of the
+	// language (a session's), started on first use with Env; Stdin and Files
+	// do not apply.
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // ExecResult is how a run ended.
@@ -31,6 +35,27 @@ type ExecResult struct {
 	DurationMs      float64 `json:"duration_ms"`
 	CPUMs           float64 `json:"cpu_ms"`
 	MaxRSSKB        int64   `json:"max_rss_kb"`
+
+	// Kernel runs only.
+	Value           string     `json:"value,omitempty"`   // repr of a final expression's value
+	Outputs         []Output   `json:"outputs,omitempty"` // figures and display() calls, in order
+	Error           *CellError `json:"error,omitempty"`
+	Interrupted     bool       `json:"interrupted,omitempty"`      // stopped by SIGINT at its time-out; state kept
+	KernelRestarted bool       `json:"kernel_restarted,omitempty"` // the kernel died or ignored the interrupt; state lost
+}
+
+// Output is one rich output of a cell.
+type Output struct {
+	Mime string `json:"mime"`
+	Data string `json:"data"`           // base64 for images, text otherwise
+	Text string `json:"text,omitempty"` // plain-text alternative of HTML
+}
+
+// CellError is an exception a Python cell raised.
+type CellError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
 }
 
 // Ready is sent once the agent can run code.
@@ -50,12 +75,17 @@ type Event struct {
 	Result *ExecResult `json:"result,omitempty"`
 	Ready  *Ready      `json:"ready,omitempty"`
 	Error  string      `json:"error,omitempty"`
+	Count  int         `json:"count,omitempty"` // answer to "processes"
 }
 
 // Event types and ops, named once.
 const (
 	OpExec  = "exec"
 	OpScrub = "scrub"
+	// OpProcesses counts the processes the code started that are still
+	// running (not the agent, zygote or kernels): a session is not idle
+	// while a server it started runs.
+	OpProcesses = "processes"
 
 	EvReady  = "ready"
 	EvOutput = "output"

@@ -64,6 +64,10 @@ waiting:
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The kernels died above; a cell that was running has let go of them.
+	a.kmu.Lock()
+	a.kernels.forget()
+	a.kmu.Unlock()
 	for _, dir := range scrubbedDirs {
 		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err // (gVisor before 2023 mounts no /dev/mqueue)

@@ -161,7 +161,7 @@ def _serve(sock):
                 if not msg:
                     os._exit(0)  # the agent let this spare go
                 theirs.close()
-                return fds
+                return msg, fds
             theirs.close()
             socket.send_fds(sock, [json.dumps({"type": "spare", "pid": pid}).encode()], [ours.fileno()])
             ours.close()
@@ -169,10 +169,119 @@ def _serve(sock):
             pid = os.fork()
             if pid == 0:
                 _child_setup([rd, wr, sock.detach()])
-                return fds
+                return b"run", fds
             for fd in fds:
                 os.close(fd)
             send(type="started", pid=pid)
+
+def _kernel(sock):
+    # A session's persistent interpreter, one cell at a time: the agent sends
+    # "cell" with 4 fds (stdout, stderr, request pipe, result pipe); the
+    # request is {"code"}; the result, written to its pipe, is {"value",
+    # "outputs", "error"}. Names live on in __main__ from cell to cell. The
+    # first cell's request also carries the session's environment.
+    import ast, base64, io, linecache, traceback
+    ns = sys.modules["__main__"].__dict__
+    outputs = []
+
+    def mime(obj):
+        # What a notebook shows for obj: a PNG for a figure, else its repr.
+        png = None
+        if hasattr(obj, "savefig"):
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            png = buf.getvalue()
+            if "matplotlib.pyplot" in sys.modules:
+                sys.modules["matplotlib.pyplot"].close(obj)  # shown once, not again at the cell's end
+        elif hasattr(obj, "_repr_png_"):
+            png = obj._repr_png_()
+        if png:
+            return {"mime": "image/png", "data": base64.b64encode(png).decode()}
+        html = obj._repr_html_() if hasattr(obj, "_repr_html_") else None
+        if html:
+            return {"mime": "text/html", "data": html, "text": repr(obj)}
+        return {"mime": "text/plain", "data": repr(obj)}
+
+    def display(*objs):
+        for obj in objs:
+            outputs.append(mime(obj))
+
+    ns["display"] = display
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    # SIGINT interrupts a cell and nothing else: one that comes late, while
+    # the kernel waits, is dropped rather than left to hit the next cell.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    n = 0
+    while True:
+        msg, fds, _, _ = socket.recv_fds(sock, 16, 4)
+        if not msg:
+            os._exit(0)  # the agent let the kernel go
+        out, err, reqfd, resfd = fds
+        n += 1
+        req = json.loads(_read_all(reqfd))
+        if n == 1 and req.get("env") is not None:
+            _set_environ(req["env"])  # the session's environment, once, before its first cell
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        outputs.clear()
+        before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            result = _cell(req["code"], f"<cell-{n}>", ns, display, ast, linecache, traceback)
+            if "matplotlib.pyplot" in sys.modules:
+                plt = sys.modules["matplotlib.pyplot"]
+                for num in plt.get_fignums():
+                    outputs.append(mime(plt.figure(num)))
+        except BaseException as e:  # in a figure's rendering, or an interrupt just after the cell
+            result = {"error": {"name": type(e).__name__, "value": str(e), "traceback": ""}}
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        result["outputs"] = list(outputs)
+        after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        result["cpu_s"] = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+        result["maxrss_kb"] = max(r.ru_maxrss for r in after)
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os.dup2(devnull, 1)  # our copies of the output pipes go: the agent sees EOF
+        os.dup2(devnull, 2)
+        try:
+            body = json.dumps(result).encode()
+        except Exception as e:
+            body = json.dumps({"error": {"name": type(e).__name__, "value": str(e), "traceback": ""}}).encode()
+        with os.fdopen(resfd, "wb") as f:
+            f.write(body)
+
+def _cell(code, filename, ns, display, ast, linecache, traceback):
+    # Like a notebook cell: statements run, and a final expression's value is
+    # the cell's value. Tracebacks show the cell's own lines.
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, filename, "exec"), ns)
+        value = eval(compile(last, filename, "eval"), ns) if last else None
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
+            tb = tb.tb_next  # drop the kernel's own frames
+        return {"error": {"name": type(e).__name__, "value": str(e),
+                          "traceback": "".join(traceback.format_exception(type(e), e, tb))}}
+    if value is None:
+        return {}
+    ns["_"] = value
+    if hasattr(value, "savefig") or hasattr(value, "_repr_png_"):
+        display(value)  # a figure is an output, as in a notebook
+        return {}
+    return {"value": repr(value)}
 
 sock = socket.socket(fileno=3)
 _set_dumpable(False)
@@ -183,7 +292,10 @@ gc.freeze()
 _collapse_heap()
 sock.send(json.dumps({"type": "ready", "python": sys.version.split()[0],
                       "loaded": _loaded, "failed": _failed}).encode())
-_stdin, _stdout, _stderr, _reqfd, _statusfd = _serve(sock)
+_kind, _fds = _serve(sock)
+if _kind == b"kernel":
+    _kernel(socket.socket(fileno=_fds[0]))  # never returns
+_stdin, _stdout, _stderr, _reqfd, _statusfd = _fds
 
 # From here on this process is the run, with a fresh __main__ of its own.
 _main = sys.modules["__main__"]

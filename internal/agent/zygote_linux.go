@@ -189,6 +189,10 @@ func rusage(cpuS float64, maxRSSKB int64) syscall.Rusage {
 func (z *zygote) request(op string, fds []int) (zygoteMsg, error) {
 	z.reqMu.Lock()
 	defer z.reqMu.Unlock()
+	return z.requestLocked(op, fds)
+}
+
+func (z *zygote) requestLocked(op string, fds []int) (zygoteMsg, error) {
 	var oob []byte
 	if len(fds) > 0 {
 		oob = syscall.UnixRights(fds...)
@@ -205,14 +209,17 @@ func (z *zygote) request(op string, fds []int) (zygoteMsg, error) {
 }
 
 // prefork has the zygote fork the next run's process ahead of need.
+// Checked under reqMu, so two callers at once make one spare, not two.
 func (z *zygote) prefork() error {
+	z.reqMu.Lock()
+	defer z.reqMu.Unlock()
 	z.mu.Lock()
 	have := z.spare != nil
 	z.mu.Unlock()
 	if have {
 		return nil
 	}
-	_, err := z.request("prefork", nil)
+	_, err := z.requestLocked("prefork", nil)
 	return err
 }
 

@@ -153,6 +153,12 @@ func (c *Client) Scrub(ctx context.Context) error {
 	return err
 }
 
+// Processes counts what the code started and is still running.
+func (c *Client) Processes(ctx context.Context) (int, error) {
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpProcesses}, nil)
+	return ev.Count, err
+}
+
 // Close ends the conversation; the agent exits on EOF.
 func (c *Client) Close() error {
 	c.wmu.Lock()

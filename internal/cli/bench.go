@@ -62,7 +62,9 @@ func Bench(ctx context.Context, args []string, env Env) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: server.New(cfg, mgr, newLogger(env.Stderr, "warn"))}
+		sessions := newSessions(cfg, mgr, newLogger(env.Stderr, "warn"))
+		defer sessions.Close()
+		srv := &http.Server{Handler: server.New(cfg, mgr, sessions, newLogger(env.Stderr, "warn"))}
 		go srv.Serve(ln)
 		defer srv.Close()
 		url = "http://" + ln.Addr().String()

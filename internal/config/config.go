@@ -41,6 +41,10 @@ type Config struct {
 	LogLevel      string
 	ShutdownGrace time.Duration
 
+	MaxSessions        int           // stateful sandboxes held at once
+	SessionIdleTimeout time.Duration // default idle time-out of a session
+	SessionMaxLifetime time.Duration // cap (and default) of a session's lifetime
+
 	afterParse func()
 }
 
@@ -71,6 +75,10 @@ func Default() Config {
 		MaxTimeout:    300 * time.Second,
 		LogLevel:      "info",
 		ShutdownGrace: 10 * time.Second,
+
+		MaxSessions:        64,
+		SessionIdleTimeout: 10 * time.Minute,
+		SessionMaxLifetime: 24 * time.Hour,
 	}
 }
 
@@ -169,6 +177,9 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.MaxTimeout, "max-timeout", "MAX_TIMEOUT", "largest time-out a request may ask for")
 	str(&c.LogLevel, "log-level", "LOG_LEVEL", "debug, info, warn or error")
 	num(&c.ShutdownGrace, "shutdown-grace", "SHUTDOWN_GRACE", "how long a stopping server waits for running requests")
+	num(&c.MaxSessions, "max-sessions", "MAX_SESSIONS", "stateful sandboxes (sessions) held at once; beyond it creating one answers 429")
+	num(&c.SessionIdleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "default time a session may sit idle (no exec, stream or process of its own) before it is stopped")
+	num(&c.SessionMaxLifetime, "session-max-lifetime", "SESSION_MAX_LIFETIME", "longest (and default) life of a session")
 	// Parsed values land in the struct after fs.Parse; these two need converting.
 	c.afterParse = func() {
 		c.Preload = SplitList(preload)
@@ -235,6 +246,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		bad("max-body %d: must be at least 1024", c.MaxBodyBytes)
+	}
+	if c.MaxSessions < 0 {
+		bad("max-sessions %d: must be 0 (no sessions) or more", c.MaxSessions)
+	}
+	if c.SessionIdleTimeout <= 0 || c.SessionMaxLifetime < c.SessionIdleTimeout {
+		bad("session-idle-timeout %s and session-max-lifetime %s: need 0 < idle time-out <= lifetime", c.SessionIdleTimeout, c.SessionMaxLifetime)
 	}
 	if c.Timeout <= 0 || c.MaxTimeout < c.Timeout {
 		bad("timeout %s and max-timeout %s: need 0 < timeout <= max-timeout", c.Timeout, c.MaxTimeout)

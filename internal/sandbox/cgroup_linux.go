@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,4 +71,36 @@ func leftoverCgroups() []string {
 		}
 	}
 	return out
+}
+
+// setLimits changes a running sandbox's memory, CPU and pids limits; a zero
+// leaves that one as it is.
+func setLimits(cg string, memoryBytes int64, cpus float64, pids int64) error {
+	const period = 100000 // µs, as the OCI spec's default
+	quota := int64(cpus * period)
+	var files map[string]string
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		dir := filepath.Join(cgroupRoot, cg)
+		files = map[string]string{
+			filepath.Join(dir, "memory.max"): strconv.FormatInt(memoryBytes, 10),
+			filepath.Join(dir, "cpu.max"):    fmt.Sprintf("%d %d", quota, period),
+			filepath.Join(dir, "pids.max"):   strconv.FormatInt(pids, 10),
+		}
+	} else {
+		files = map[string]string{
+			filepath.Join(cgroupRoot, "memory", cg, "memory.limit_in_bytes"): strconv.FormatInt(memoryBytes, 10),
+			filepath.Join(cgroupRoot, "cpu", cg, "cpu.cfs_quota_us"):         strconv.FormatInt(quota, 10),
+			filepath.Join(cgroupRoot, "pids", cg, "pids.max"):                strconv.FormatInt(pids, 10),
+		}
+	}
+	set := map[string]bool{"memory": memoryBytes > 0, "cpu": cpus > 0, "pids": pids > 0}
+	for file, val := range files {
+		if !set[strings.SplitN(filepath.Base(file), ".", 2)[0]] {
+			continue
+		}
+		if err := os.WriteFile(file, []byte(val), 0); err != nil {
+			return fmt.Errorf("set %s to %s: %w", filepath.Base(file), val, err)
+		}
+	}
+	return nil
 }

@@ -207,6 +207,16 @@ func (m *Manager) Execute(ctx context.Context, runtimeName string, req *agent.Ex
 	return res, err
 }
 
+// Claim takes a warm sandbox of the runtime out of its pool for good (a
+// session's); the caller destroys it.
+func (m *Manager) Claim(ctx context.Context, runtimeName string) (*Sandbox, error) {
+	p, err := m.pool(runtimeName)
+	if err != nil {
+		return nil, err
+	}
+	return p.Claim(ctx)
+}
+
 // ExecuteShared runs a request in the long-lived sandbox called name, claimed
 // from the runtime's pool on first use. Unlike Execute's, its /workspace is
 // not emptied between runs: for protocols whose runs keep the files of the

@@ -196,7 +196,18 @@ func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput fu
 	return &Result{ExecResult: *res, Status: classify(res, oomKilled)}, nil
 }
 
-// Scrub readies a stateless sandbox for its next run.
+// Processes counts what the sandbox's code started that still runs.
+func (sb *Sandbox) Processes(ctx context.Context) (int, error) { return sb.client.Processes(ctx) }
+
+// SetLimits changes the sandbox's memory (bytes), CPU (cores) and pids
+// limits while it runs; a zero leaves that limit as it is.
+func (sb *Sandbox) SetLimits(memoryBytes int64, cpus float64, pids int64) error {
+	return setLimits(sb.cgroup, memoryBytes, cpus, pids)
+}
+
+// Scrub readies a stateless sandbox for its next run, or starts a session's
+// next episode: every process but the agent's own killed (kernels included),
+// files and IPC objects gone.
 func (sb *Sandbox) Scrub(ctx context.Context) error { return sb.client.Scrub(ctx) }
 
 // Alive reports whether the agent is still running.

@@ -90,10 +90,8 @@ func (s *Server) toAgent(req *ExecuteRequest) (*agent.ExecRequest, error) {
 	}
 	out := &agent.ExecRequest{Language: lang, Code: *req.Code, Stdin: []byte(req.Stdin), Env: req.Env,
 		TimeoutMs: timeout.Milliseconds(), OutputCap: s.cfg.OutputCap}
-	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, invalid("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
-		}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
 	}
 	if len(req.Files) > 0 {
 		out.Files = make(map[string][]byte, len(req.Files))
@@ -114,6 +112,15 @@ func (s *Server) toAgent(req *ExecuteRequest) (*agent.ExecRequest, error) {
 		}
 	}
 	return out, nil
+}
+
+func checkEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return invalid("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+	}
+	return nil
 }
 
 // checkRelPath accepts a path relative to /workspace that stays inside it.

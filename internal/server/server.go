@@ -15,6 +15,7 @@ import (
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/config"
 	"github.com/codecell/codecell/internal/sandbox"
+	"github.com/codecell/codecell/internal/session"
 )
 
 // Executor runs code; *sandbox.Manager is the real one.
@@ -28,10 +29,11 @@ var _ Executor = (*sandbox.Manager)(nil)
 
 // Server serves the HTTP API.
 type Server struct {
-	cfg config.Config
-	mgr Executor
-	log *slog.Logger
-	mux *http.ServeMux
+	cfg      config.Config
+	mgr      Executor
+	sessions *session.Manager
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // Route is one registered endpoint; the list is checked against the OpenAPI
@@ -41,9 +43,9 @@ type Route struct {
 	handler      http.HandlerFunc
 }
 
-// New returns a server for mgr.
-func New(cfg config.Config, mgr Executor, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, mgr: mgr, log: log, mux: http.NewServeMux()}
+// New returns a server for mgr's stateless runs and sessions' stateful ones.
+func New(cfg config.Config, mgr Executor, sessions *session.Manager, log *slog.Logger) *Server {
+	s := &Server{cfg: cfg, mgr: mgr, sessions: sessions, log: log, mux: http.NewServeMux()}
 	for _, rt := range s.Routes() {
 		s.mux.HandleFunc(rt.Method+" "+rt.Path, rt.handler)
 	}
@@ -60,6 +62,12 @@ func (s *Server) Routes() []Route {
 		{"GET", "/openapi.yaml", s.handleOpenAPI},
 		{"POST", "/v1/execute", s.handleExecute},
 		{"POST", "/execute", s.handleNemoExecute},
+		{"POST", "/v1/sandboxes", s.handleCreateSandbox},
+		{"GET", "/v1/sandboxes", s.handleListSandboxes},
+		{"GET", "/v1/sandboxes/{id}", s.handleGetSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", s.handleDeleteSandbox},
+		{"POST", "/v1/sandboxes/{id}/exec", s.handleSandboxExec},
+		{"POST", "/v1/sandboxes/{id}/reset", s.handleResetSandbox},
 	}
 }
 

@@ -31,7 +31,7 @@ func (r refuseExecutor) Stats() map[string]sandbox.Stats { return nil }
 
 // Every route is in the OpenAPI document and every documented path is served.
 func TestRoutesMatchOpenAPI(t *testing.T) {
-	s := New(config.Default(), refuseExecutor{t}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := New(config.Default(), refuseExecutor{t}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^  (/[^:]*):$`).FindAllStringSubmatch(string(api.OpenAPI), -1) {
 		documented[m[1]] = true

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/session"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes; every field is
+// optional.
+type CreateSandboxRequest struct {
+	Runtime      string            `json:"runtime"`
+	MemoryMB     int64             `json:"memory_mb"`
+	CPUs         float64           `json:"cpus"`
+	PIDs         int64             `json:"pids"`
+	IdleTimeoutS float64           `json:"idle_timeout_s"`
+	MaxLifetimeS float64           `json:"max_lifetime_s"`
+	Env          map[string]string `json:"env"`
+	Display      bool              `json:"display"`
+	MaxEpisodes  int               `json:"max_episodes"`
+}
+
+// SandboxExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type SandboxExecRequest struct {
+	Language string   `json:"language"`
+	Code     *string  `json:"code"`
+	TimeoutS *float64 `json:"timeout_s"`
+}
+
+// SandboxExecResponse is one step's outcome: the stateless fields plus what a
+// kernel adds.
+type SandboxExecResponse struct {
+	ExecuteResponse
+	Value           *string          `json:"value"`
+	Outputs         []agent.Output   `json:"outputs"`
+	Error           *agent.CellError `json:"error"`
+	Interrupted     bool             `json:"interrupted"`
+	KernelRestarted bool             `json:"kernel_restarted"`
+	EpisodeID       string           `json:"episode_id"`
+	StepCount       int              `json:"step_count"`
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func (s *Server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
+	var req CreateSandboxRequest
+	if body, err := readBody(w, r, s.cfg.MaxBodyBytes); err != nil {
+		writeError(w, err)
+		return
+	} else if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decodeStrict(body, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if req.Display {
+		writeError(w, invalid("display: true is not available on this server yet; create the sandbox without it"))
+		return
+	}
+	if err := checkEnv(req.Env); err != nil {
+		writeError(w, err)
+		return
+	}
+	info, err := s.sessions.Create(r.Context(), session.Options{Runtime: req.Runtime, MemoryMB: req.MemoryMB,
+		CPUs: req.CPUs, PIDs: req.PIDs, IdleTimeout: seconds(req.IdleTimeoutS), MaxLifetime: seconds(req.MaxLifetimeS),
+		MaxEpisodes: req.MaxEpisodes, Env: req.Env})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *Server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": s.sessions.List()})
+}
+
+func (s *Server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
+	info, err := s.sessions.Get(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
+	if err := s.sessions.Delete(r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleResetSandbox(w http.ResponseWriter, r *http.Request) {
+	info, err := s.sessions.Reset(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) handleSandboxExec(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req SandboxExecRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	areq, err := s.toAgent(&ExecuteRequest{Language: req.Language, Code: req.Code, TimeoutS: req.TimeoutS})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, info, err := s.sessions.Exec(r.Context(), r.PathValue("id"), areq, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := SandboxExecResponse{ExecuteResponse: toResponse(res), Outputs: res.Outputs, Error: res.Error,
+		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, EpisodeID: info.EpisodeID, StepCount: info.StepCount}
+	if out.Outputs == nil {
+		out.Outputs = []agent.Output{}
+	}
+	if res.Value != "" {
+		out.Value = &res.Value
+	}
+	writeJSON(w, http.StatusOK, out)
+}

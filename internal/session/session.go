@@ -1,0 +1,408 @@
+// Package session keeps stateful sandboxes: one per coding agent's episode,
+// claimed from the warm pool, with persistent kernels, reset between
+// episodes, and stopped when idle or too old.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/sandbox"
+)
+
+// Options are what a session is created with; zero values take defaults.
+type Options struct {
+	Runtime     string
+	MemoryMB    int64
+	CPUs        float64
+	PIDs        int64
+	IdleTimeout time.Duration
+	MaxLifetime time.Duration
+	MaxEpisodes int // resets before the sandbox is replaced by a fresh one; 0: never
+	Env         map[string]string
+}
+
+// Info is a session as the API shows it.
+type Info struct {
+	ID           string            `json:"id"`
+	Status       string            `json:"status"` // "idle" or "running"
+	Runtime      string            `json:"runtime"`
+	CreatedAt    time.Time         `json:"created_at"`
+	LastActiveAt time.Time         `json:"last_active_at"`
+	ExpiresAt    time.Time         `json:"expires_at"` // max_lifetime_s after creation
+	EpisodeID    string            `json:"episode_id"`
+	StepCount    int               `json:"step_count"`
+	Episodes     int               `json:"episodes"` // resets so far
+	LastExitCode int               `json:"last_exit_code"`
+	MemoryMB     int64             `json:"memory_mb"`
+	CPUs         float64           `json:"cpus"`
+	PIDs         int64             `json:"pids"`
+	IdleTimeoutS float64           `json:"idle_timeout_s"`
+	MaxLifetimeS float64           `json:"max_lifetime_s"`
+	MaxEpisodes  int               `json:"max_episodes"`
+	Env          map[string]string `json:"env,omitempty"`
+}
+
+// Session is one stateful sandbox.
+type Session struct {
+	id      string
+	opts    Options
+	created time.Time
+
+	mu         sync.Mutex
+	sb         *sandbox.Sandbox
+	lastActive time.Time
+	running    int // execs in flight, and open streams
+	episodeID  string
+	steps      int
+	episodes   int
+	lastExit   int
+	closed     bool
+}
+
+func (s *Session) info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	status := "idle"
+	if s.running > 0 {
+		status = "running"
+	}
+	return Info{ID: s.id, Status: status, Runtime: s.opts.Runtime, CreatedAt: s.created,
+		LastActiveAt: s.lastActive, ExpiresAt: s.created.Add(s.opts.MaxLifetime),
+		EpisodeID: s.episodeID, StepCount: s.steps, Episodes: s.episodes, LastExitCode: s.lastExit,
+		MemoryMB: s.opts.MemoryMB, CPUs: s.opts.CPUs, PIDs: s.opts.PIDs,
+		IdleTimeoutS: s.opts.IdleTimeout.Seconds(), MaxLifetimeS: s.opts.MaxLifetime.Seconds(),
+		MaxEpisodes: s.opts.MaxEpisodes, Env: s.opts.Env}
+}
+
+// busy marks activity that keeps the session from idling out until done.
+func (s *Session) busy() (done func()) {
+	s.mu.Lock()
+	s.running++
+	s.lastActive = time.Now()
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.running--
+		s.lastActive = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+// Limits bound what a session may ask for.
+type Limits struct {
+	MaxSessions        int
+	DefaultIdleTimeout time.Duration
+	MaxIdleTimeout     time.Duration
+	DefaultLifetime    time.Duration
+	MaxLifetime        time.Duration
+	Defaults           Options // memory, CPUs, pids and runtime of the pools' sandboxes
+}
+
+// Manager keeps every session of the server.
+type Manager struct {
+	sandboxes *sandbox.Manager
+	limits    Limits
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// NewManager starts the janitor that ends idle and expired sessions.
+func NewManager(sandboxes *sandbox.Manager, limits Limits, log *slog.Logger) *Manager {
+	m := &Manager{sandboxes: sandboxes, limits: limits, log: log, sessions: map[string]*Session{}, stop: make(chan struct{})}
+	m.wg.Add(1)
+	go m.janitor()
+	return m
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf(format+": %w", append(a, errdefs.ErrInvalid)...)
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// withDefaults checks opts against the limits and fills in what is unset.
+func (m *Manager) withDefaults(opts Options) (Options, error) {
+	l := m.limits
+	if opts.Runtime == "" {
+		opts.Runtime = l.Defaults.Runtime
+	}
+	switch {
+	case opts.MemoryMB == 0:
+		opts.MemoryMB = l.Defaults.MemoryMB
+	case opts.MemoryMB < 128 || opts.MemoryMB > 65536:
+		return opts, invalid("memory_mb %d: must be between 128 and 65536", opts.MemoryMB)
+	}
+	switch {
+	case opts.CPUs == 0:
+		opts.CPUs = l.Defaults.CPUs
+	case opts.CPUs < 0.05 || opts.CPUs > 64:
+		return opts, invalid("cpus %g: must be between 0.05 and 64", opts.CPUs)
+	}
+	switch {
+	case opts.PIDs == 0:
+		opts.PIDs = l.Defaults.PIDs
+	case opts.PIDs < 16 || opts.PIDs > 32768:
+		return opts, invalid("pids %d: must be between 16 and 32768", opts.PIDs)
+	}
+	switch {
+	case opts.IdleTimeout == 0:
+		opts.IdleTimeout = l.DefaultIdleTimeout
+	case opts.IdleTimeout < 0 || opts.IdleTimeout > l.MaxIdleTimeout:
+		return opts, invalid("idle_timeout_s %g: must be between 0 and the server's maximum of %g", opts.IdleTimeout.Seconds(), l.MaxIdleTimeout.Seconds())
+	}
+	switch {
+	case opts.MaxLifetime == 0:
+		opts.MaxLifetime = l.DefaultLifetime
+	case opts.MaxLifetime < 0 || opts.MaxLifetime > l.MaxLifetime:
+		return opts, invalid("max_lifetime_s %g: must be between 0 and the server's maximum of %g", opts.MaxLifetime.Seconds(), l.MaxLifetime.Seconds())
+	}
+	if opts.MaxEpisodes < 0 {
+		return opts, invalid("max_episodes %d: must be 0 (no limit) or more", opts.MaxEpisodes)
+	}
+	return opts, nil
+}
+
+// Create claims a warm sandbox for a new session.
+func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
+	opts, err := m.withDefaults(opts)
+	if err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	full := len(m.sessions) >= m.limits.MaxSessions
+	m.mu.Unlock()
+	if full {
+		return Info{}, fmt.Errorf("the server holds its maximum of %d sessions; delete one or wait for one to idle out: %w", m.limits.MaxSessions, errdefs.ErrExhausted)
+	}
+	sb, err := m.claim(ctx, opts)
+	if err != nil {
+		return Info{}, err
+	}
+	now := time.Now()
+	s := &Session{id: newID("sb-"), opts: opts, created: now, sb: sb, lastActive: now, episodeID: newID("ep-")}
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	m.log.Debug("session created", "session", s.id, "sandbox", sb.ID)
+	return s.info(), nil
+}
+
+// claim takes a sandbox from the pool and gives it the session's limits.
+func (m *Manager) claim(ctx context.Context, opts Options) (*sandbox.Sandbox, error) {
+	sb, err := m.sandboxes.Claim(ctx, opts.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	d := m.limits.Defaults
+	if opts.MemoryMB != d.MemoryMB || opts.CPUs != d.CPUs || opts.PIDs != d.PIDs {
+		if err := sb.SetLimits(opts.MemoryMB<<20, opts.CPUs, opts.PIDs); err != nil {
+			sb.Destroy(context.WithoutCancel(ctx))
+			return nil, invalid("cannot apply the session's limits (%v); memory_mb must leave room for the Python zygote, about 100 MiB", err)
+		}
+	}
+	return sb, nil
+}
+
+func (m *Manager) get(id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("no sandbox %q (it may have idled out or been deleted): %w", id, errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// Get describes one session.
+func (m *Manager) Get(id string) (Info, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.info(), nil
+}
+
+// List describes every session, oldest first.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	infos := make([]Info, len(all))
+	for i, s := range all {
+		infos[i] = s.info()
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].CreatedAt.Before(infos[j].CreatedAt) })
+	return infos
+}
+
+// Delete stops a session and frees its sandbox.
+func (m *Manager) Delete(id string) error {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("no sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	s.mu.Lock()
+	s.closed = true
+	sb := s.sb
+	s.mu.Unlock()
+	sb.Destroy(context.Background())
+	return nil
+}
+
+// Exec runs one step in the session's kernel of req.Language.
+func (m *Manager) Exec(ctx context.Context, id string, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, Info, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	done := s.busy()
+	s.mu.Lock()
+	sb := s.sb
+	s.mu.Unlock()
+	req.Kernel = true
+	req.Env = s.opts.Env
+	res, err := sb.Exec(ctx, req, onOutput)
+	done()
+	if err != nil {
+		if !sb.Alive() {
+			m.Delete(id)
+			return nil, Info{}, fmt.Errorf("sandbox %s died: %w", id, errdefs.ErrUnavailable)
+		}
+		return nil, Info{}, err
+	}
+	s.mu.Lock()
+	s.steps++
+	s.lastExit = res.ExitCode
+	s.mu.Unlock()
+	return res, s.info(), nil
+}
+
+// Reset starts a new episode: new kernels, empty /workspace, a new episode
+// id. After max_episodes resets the sandbox itself is replaced.
+func (m *Manager) Reset(ctx context.Context, id string) (Info, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return Info{}, err
+	}
+	done := s.busy()
+	s.mu.Lock()
+	sb, episodes := s.sb, s.episodes+1
+	s.mu.Unlock()
+	if s.opts.MaxEpisodes > 0 && episodes%s.opts.MaxEpisodes == 0 {
+		fresh, err := m.claim(ctx, s.opts)
+		if err != nil {
+			done()
+			return Info{}, err
+		}
+		s.mu.Lock()
+		s.sb = fresh
+		s.mu.Unlock()
+		go sb.Destroy(context.Background())
+		m.log.Debug("session recycled", "session", id, "old", sb.ID, "new", fresh.ID)
+	} else if err := sb.Scrub(ctx); err != nil {
+		done()
+		return Info{}, fmt.Errorf("reset sandbox %s: %v: %w", id, err, errdefs.ErrUnavailable)
+	}
+	s.mu.Lock()
+	s.episodes = episodes
+	s.episodeID = newID("ep-")
+	s.steps = 0
+	s.lastExit = 0
+	s.mu.Unlock()
+	done()
+	return s.info(), nil
+}
+
+// Hold marks a session active until the returned func is called: for
+// streams that stay open between steps.
+func (m *Manager) Hold(id string) (func(), error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.busy(), nil
+}
+
+// janitor ends sessions past their lifetime and those idle past their
+// time-out, where idle means no exec or stream in flight and no process the
+// code started still running.
+func (m *Manager) janitor() {
+	defer m.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		all := make([]*Session, 0, len(m.sessions))
+		for _, s := range m.sessions {
+			all = append(all, s)
+		}
+		m.mu.Unlock()
+		now := time.Now()
+		for _, s := range all {
+			s.mu.Lock()
+			expired := now.Sub(s.created) > s.opts.MaxLifetime
+			idle := s.running == 0 && now.Sub(s.lastActive) > s.opts.IdleTimeout
+			sb := s.sb
+			s.mu.Unlock()
+			if idle && !expired {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				n, err := sb.Processes(ctx)
+				cancel()
+				if err == nil && n > 0 {
+					s.mu.Lock()
+					s.lastActive = now // a server or job it started is still running
+					s.mu.Unlock()
+					continue
+				}
+			}
+			if expired || idle {
+				why := "idle"
+				if expired {
+					why = "max lifetime"
+				}
+				m.log.Info("session ended", "session", s.id, "reason", why)
+				if err := m.Delete(s.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					m.log.Warn("end session", "session", s.id, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Close ends every session.
+func (m *Manager) Close() {
+	close(m.stop)
+	m.wg.Wait()
+	for _, info := range m.List() {
+		m.Delete(info.ID)
+	}
+}

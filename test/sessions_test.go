@@ -1,0 +1,379 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"image/png"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codecell/codecell/internal/testutil"
+)
+
+// sandboxInfo mirrors GET /v1/sandboxes/{id}.
+type sandboxInfo struct {
+	ID           string  `json:"id"`
+	Status       string  `json:"status"`
+	Runtime      string  `json:"runtime"`
+	EpisodeID    string  `json:"episode_id"`
+	StepCount    int     `json:"step_count"`
+	Episodes     int     `json:"episodes"`
+	LastExitCode int     `json:"last_exit_code"`
+	MemoryMB     int64   `json:"memory_mb"`
+	IdleTimeoutS float64 `json:"idle_timeout_s"`
+}
+
+// step mirrors POST /v1/sandboxes/{id}/exec.
+type step struct {
+	result
+	Value   *string `json:"value"`
+	Outputs []struct {
+		Mime string `json:"mime"`
+		Data string `json:"data"`
+	} `json:"outputs"`
+	Error *struct {
+		Name, Value, Traceback string
+	} `json:"error"`
+	Interrupted     bool   `json:"interrupted"`
+	KernelRestarted bool   `json:"kernel_restarted"`
+	EpisodeID       string `json:"episode_id"`
+	StepCount       int    `json:"step_count"`
+}
+
+func (s *server) createSandbox(t *testing.T, body map[string]any) sandboxInfo {
+	t.Helper()
+	var info sandboxInfo
+	resp := s.post(t, "/v1/sandboxes", body, &info)
+	if resp.StatusCode != http.StatusCreated || info.ID == "" || info.EpisodeID == "" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("create sandbox: %d %s", resp.StatusCode, b)
+	}
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+info.ID, nil) })
+	return info
+}
+
+func (s *server) step(t *testing.T, id, lang, code string, timeoutS float64) step {
+	t.Helper()
+	var st step
+	body := map[string]any{"language": lang, "code": code}
+	if timeoutS > 0 {
+		body["timeout_s"] = timeoutS
+	}
+	resp := s.post(t, "/v1/sandboxes/"+id+"/exec", body, &st)
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("exec %q: %d %s", code, resp.StatusCode, b)
+	}
+	return st
+}
+
+// do sends a request without a body and decodes a JSON answer into out.
+func (s *server) do(t testing.TB, method, path string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.URL+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		raw, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: answer is not JSON: %s", method, path, raw)
+		}
+	}
+	return resp.StatusCode
+}
+
+func value(st step) string {
+	if st.Value == nil {
+		return "<none>"
+	}
+	return *st.Value
+}
+
+func TestSessionLifecycle(t *testing.T) {
+	s := shared(t)
+	info := s.createSandbox(t, map[string]any{"idle_timeout_s": 300, "env": map[string]string{"GREETING": "hi"}})
+	if info.Status != "idle" || info.Runtime != "runc" || info.StepCount != 0 || info.MemoryMB != 512 || info.IdleTimeoutS != 300 {
+		t.Fatalf("created: %+v", info)
+	}
+	var got sandboxInfo
+	if code := s.do(t, "GET", "/v1/sandboxes/"+info.ID, &got); code != 200 || got.ID != info.ID || got.EpisodeID != info.EpisodeID {
+		t.Fatalf("get: %d %+v", code, got)
+	}
+	var list struct{ Sandboxes []sandboxInfo }
+	s.do(t, "GET", "/v1/sandboxes", &list)
+	found := false
+	for _, sb := range list.Sandboxes {
+		found = found || sb.ID == info.ID
+	}
+	if !found {
+		t.Fatalf("list lacks %s: %+v", info.ID, list)
+	}
+	if st := s.step(t, info.ID, "python", "import os\nos.environ['GREETING']", 0); value(st) != "'hi'" || st.StepCount != 1 {
+		t.Fatalf("session env: %+v", st)
+	}
+	if code := s.do(t, "DELETE", "/v1/sandboxes/"+info.ID, nil); code != http.StatusNoContent {
+		t.Fatalf("delete: %d", code)
+	}
+	var e apiError
+	if code := s.do(t, "GET", "/v1/sandboxes/"+info.ID, &e); code != 404 || e.Error.Code != "not_found" || !strings.Contains(e.Error.Message, info.ID) {
+		t.Fatalf("get after delete: %d %+v", code, e)
+	}
+	if resp := s.post(t, "/v1/sandboxes/"+info.ID+"/exec", map[string]any{"code": "1"}, &e); resp.StatusCode != 404 {
+		t.Fatalf("exec after delete: %d %+v", resp.StatusCode, e)
+	}
+}
+
+func TestSessionPythonKeepsState(t *testing.T) {
+	s := shared(t)
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			id := s.createSandbox(t, map[string]any{"runtime": rt}).ID
+			steps := []struct{ code, value, stdout string }{
+				{"x = 5", "<none>", ""},
+				{"x", "5", ""},
+				{"import math\ndef area(r):\n    return math.pi * r * r\nround(area(x), 2)", "78.54", ""},
+				{"from dataclasses import dataclass, field\n@dataclass\nclass Point:\n    x: int\n    y: int = 0\n    tags: list = field(default_factory=list)\nPoint(1)", "Point(x=1, y=0, tags=[])", ""},
+				{"def twice(f):\n    def g(*a):\n        return 2 * f(*a)\n    return g\n@twice\ndef inc(n: int) -> int:\n    return n + 1\ninc(x)", "12", ""},
+				{"match Point(3, 4):\n    case Point(x=0): print('origin')\n    case Point(x=a, y=b): print(a + b)", "<none>", "7\n"},
+				{"def typed(n: int) -> str: ...\nprint(__name__, typed.__annotations__)\nx += 1", "<none>", "__main__ {'n': <class 'int'>, 'return': <class 'str'>}\n"},
+				{"x", "6", ""},
+			}
+			for i, want := range steps {
+				st := s.step(t, id, "python", want.code, 0)
+				if st.Status != "ok" || value(st) != want.value || st.Stdout != want.stdout || st.StepCount != i+1 {
+					t.Fatalf("step %d %q: %+v (value %s)", i+1, want.code, st, value(st))
+				}
+			}
+			// An exception reports the cell's own line numbers, and the session goes on.
+			st := s.step(t, id, "python", "y = 1\nz = y / 0", 0)
+			if st.Status != "error" || st.ExitCode != 1 || st.Error == nil || st.Error.Name != "ZeroDivisionError" ||
+				st.Error.Value != "division by zero" || !strings.Contains(st.Error.Traceback, `File "<cell-9>", line 2, in <module>`) ||
+				!strings.Contains(st.Stderr, "z = y / 0") {
+				t.Fatalf("exception: %+v", st)
+			}
+			if st := s.step(t, id, "python", "x, y", 0); value(st) != "(6, 1)" {
+				t.Fatalf("after the exception: %+v", st)
+			}
+		})
+	}
+}
+
+func TestSessionTimeoutInterruptsAndKeepsState(t *testing.T) {
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	s.step(t, id, "python", "kept = 41", 0)
+	st := s.step(t, id, "python", "print('before', flush=True)\nwhile True:\n    pass", 1)
+	if st.Status != "timeout" || !st.Interrupted || st.KernelRestarted || st.Error == nil || st.Error.Name != "KeyboardInterrupt" || st.Stdout != "before\n" {
+		t.Fatalf("interrupted step: %+v", st)
+	}
+	if st := s.step(t, id, "python", "kept + 1", 0); value(st) != "42" {
+		t.Fatalf("state after the interrupt: %+v", st)
+	}
+	// Code that ignores the interrupt costs its kernel, and says so.
+	st = s.step(t, id, "python", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", 1)
+	if st.Status != "timeout" || st.Interrupted || !st.KernelRestarted || !strings.Contains(st.Stderr, "state is lost") {
+		t.Fatalf("ignored interrupt: %+v", st)
+	}
+	if st := s.step(t, id, "python", "'kept' in globals()", 0); value(st) != "False" {
+		t.Fatalf("after the restart: %+v", st)
+	}
+	// So does a kernel that ends itself.
+	st = s.step(t, id, "python", "import os\nos._exit(3)", 0)
+	if st.ExitCode != 3 || !st.KernelRestarted {
+		t.Fatalf("os._exit: %+v", st)
+	}
+	if st := s.step(t, id, "python", "1 + 1", 0); value(st) != "2" {
+		t.Fatalf("after os._exit: %+v", st)
+	}
+}
+
+func TestSessionBashKeepsState(t *testing.T) {
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	steps := []struct {
+		code, stdout string
+		exit         int
+	}{
+		{"cd /tmp && export GREETING=hello\ngreet() { echo \"$GREETING $1\"; }\nalias ll='echo listed'", "", 0},
+		{"pwd; greet world; ll", "/tmp\nhello world\nlisted\n", 0},
+		{"false", "", 1},
+		{"(exit 7)", "", 7},
+		{"printf 'no newline'", "no newline", 0},
+		{"read -r line; echo \"[$line]\"", "[]\n", 0}, // stdin is empty, not the shell's command stream
+	}
+	for i, want := range steps {
+		st := s.step(t, id, "bash", want.code, 0)
+		if st.Stdout != want.stdout || st.ExitCode != want.exit || st.StepCount != i+1 {
+			t.Fatalf("step %d %q: %+v", i+1, want.code, st)
+		}
+	}
+	st := s.step(t, id, "bash", "echo start; sleep 100; echo not reached", 1)
+	if st.Status != "timeout" || !st.Interrupted || st.ExitCode != 130 || st.Stdout != "start\n" {
+		t.Fatalf("interrupted command: %+v", st)
+	}
+	if st := s.step(t, id, "bash", "echo $GREETING; pwd", 0); st.Stdout != "hello\n/tmp\n" {
+		t.Fatalf("state after the interrupt: %+v", st)
+	}
+	st = s.step(t, id, "bash", "echo bye; exit 4", 0)
+	if st.ExitCode != 4 || !st.KernelRestarted || st.Stdout != "bye\n" {
+		t.Fatalf("exit: %+v", st)
+	}
+	if st := s.step(t, id, "bash", "echo \"[$GREETING]\"; pwd", 0); st.Stdout != "[]\n/workspace\n" {
+		t.Fatalf("a new shell after exit: %+v", st)
+	}
+}
+
+func TestSessionReset(t *testing.T) {
+	s := shared(t)
+	info := s.createSandbox(t, map[string]any{"max_episodes": 2})
+	id := info.ID
+	bootTime := "open('/proc/1/stat').read().split(')')[1].split()[19]" // when the sandbox's init started
+	first := value(s.step(t, id, "python", bootTime, 0))
+	s.step(t, id, "python", "secret = 1\nopen('/workspace/left.txt', 'w').write('x')", 0)
+	s.step(t, id, "bash", "export LEFT=1", 0)
+	var after sandboxInfo
+	if resp := s.post(t, "/v1/sandboxes/"+id+"/reset", nil, &after); resp.StatusCode != 200 ||
+		after.EpisodeID == info.EpisodeID || after.StepCount != 0 || after.Episodes != 1 || after.Status != "idle" {
+		t.Fatalf("reset: %d %+v", resp.StatusCode, after)
+	}
+	st := s.step(t, id, "python", "import os\n('secret' in globals(), os.listdir('/workspace'), "+bootTime+")", 0)
+	if value(st) != "(False, [], "+first+")" || st.StepCount != 1 || st.EpisodeID != after.EpisodeID {
+		t.Fatalf("after reset: %+v (value %s)", st, value(st))
+	}
+	if st := s.step(t, id, "bash", "echo \"[$LEFT]\"", 0); st.Stdout != "[]\n" {
+		t.Fatalf("bash after reset: %+v", st)
+	}
+	// The second reset reaches max_episodes: a fresh sandbox takes over.
+	s.post(t, "/v1/sandboxes/"+id+"/reset", nil, &after)
+	if after.Episodes != 2 {
+		t.Fatalf("second reset: %+v", after)
+	}
+	if st := s.step(t, id, "python", bootTime, 0); value(st) == first {
+		t.Fatalf("after max_episodes the sandbox was not replaced: init started at %s both times", first)
+	}
+}
+
+func TestSessionFiguresAndDisplay(t *testing.T) {
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	st := s.step(t, id, "python", "import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(2, 1), dpi=50)\nplt.plot([0, 1], [0, 1])\ndisplay({'a': 1})", 0)
+	if st.Status != "ok" || len(st.Outputs) != 2 || st.Outputs[0].Mime != "text/plain" || st.Outputs[0].Data != "{'a': 1}" || st.Outputs[1].Mime != "image/png" {
+		t.Fatalf("outputs: %+v", st)
+	}
+	raw, err := base64.StdEncoding.DecodeString(st.Outputs[1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("figure is not a PNG: %v", err)
+	}
+	// A 100x50 canvas, give or take what bbox_inches="tight" trims and adds
+	// for the tick labels, with the line drawn in matplotlib's first colour.
+	if b := img.Bounds(); b.Dx() < 60 || b.Dx() > 140 || b.Dy() < 30 || b.Dy() > 90 {
+		t.Fatalf("figure is %v, want about 100x50", b)
+	}
+	line := 0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			if near(r>>8, 0x1f) && near(g>>8, 0x77) && near(b>>8, 0xb4) {
+				line++
+			}
+		}
+	}
+	if line < 20 {
+		t.Fatalf("the plotted line is not in the PNG: %d pixels of #1f77b4", line)
+	}
+	// A figure is shown once, in the cell that drew it.
+	if st := s.step(t, id, "python", "1", 0); len(st.Outputs) != 0 {
+		t.Fatalf("figure shown again: %+v", st.Outputs)
+	}
+}
+
+func TestSessionLimitsAndBadInput(t *testing.T) {
+	s := shared(t)
+	bad := []struct {
+		body any
+		want string
+	}{
+		{map[string]any{"memory_mb": 1}, "memory_mb 1"},
+		{map[string]any{"cpus": 1000}, "cpus 1000"},
+		{map[string]any{"runtime": "kata"}, "unknown runtime"},
+		{map[string]any{"display": true}, "display"},
+		{map[string]any{"idle_timeout_s": -1}, "idle_timeout_s"},
+		{map[string]any{"max_episodes": -1}, "max_episodes"},
+		{`{"memory": 5}`, `unknown field "memory"`},
+		{`{"env": {"A=B": "c"}}`, "env"},
+	}
+	for _, b := range bad {
+		var e apiError
+		resp := s.post(t, "/v1/sandboxes", b.body, &e)
+		if resp.StatusCode != 400 || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, b.want) {
+			t.Errorf("%v: %d %+v, want 400 mentioning %q", b.body, resp.StatusCode, e, b.want)
+		}
+	}
+	id := s.createSandbox(t, map[string]any{"memory_mb": 256}).ID
+	var e apiError
+	if resp := s.post(t, "/v1/sandboxes/"+id+"/exec", map[string]any{"language": "cobol", "code": "x"}, &e); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, "python, bash") {
+		t.Errorf("unknown language: %d %+v", resp.StatusCode, e)
+	}
+	// 256 MiB is enforced: 400 MB of memory kills the kernel, not the server.
+	st := s.step(t, id, "python", "b = bytearray(400 << 20)\nb[::4096] = b'x' * len(b[::4096])", 0)
+	if st.Status != "oom" && !(st.KernelRestarted && st.Signal != nil && *st.Signal == "SIGKILL") {
+		t.Fatalf("over the memory limit: %+v", st)
+	}
+	if st := s.step(t, id, "python", "b = bytearray(100 << 20)\nlen(b) >> 20", 0); value(st) != "100" {
+		t.Fatalf("under the memory limit: %+v", st)
+	}
+	s.requireHealthy(t, "runc")
+}
+
+// A session idles out only when nothing runs in it, its own processes
+// included; a server it started keeps it alive.
+func TestSessionIdleTimeout(t *testing.T) {
+	testutil.RequiresRoot(t)
+	s := shared(t)
+	quiet := s.createSandbox(t, map[string]any{"idle_timeout_s": 1}).ID
+	busy := s.createSandbox(t, map[string]any{"idle_timeout_s": 1}).ID
+	s.step(t, busy, "python", "import subprocess\nsubprocess.Popen(['sleep', '600'])", 0)
+	deadline := time.Now().Add(30 * time.Second)
+	for s.do(t, "GET", "/v1/sandboxes/"+quiet, nil) != 404 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle session was not stopped after its 1 s time-out")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // well past the time-out of busy, too
+	if code := s.do(t, "GET", "/v1/sandboxes/"+busy, nil); code != 200 {
+		t.Fatalf("a session running a process of its own was stopped as idle: %d", code)
+	}
+	s.step(t, busy, "bash", "pkill sleep", 0)
+	for s.do(t, "GET", "/v1/sandboxes/"+busy, nil) != 404 {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("session not stopped once its process ended")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestSessionCapacity(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	s := startServer(t, "", "--pool-size", "1", "--gvisor-pool-size", "0", "--max-sessions", "1")
+	s.createSandbox(t, nil)
+	var e apiError
+	resp := s.post(t, "/v1/sandboxes", nil, &e)
+	if resp.StatusCode != 429 || e.Error.Code != "busy" || !strings.Contains(e.Error.Message, "maximum of 1 sessions") {
+		t.Fatalf("over max-sessions: %d %+v", resp.StatusCode, e)
+	}
+}
+
+func near(a uint32, b int) bool { return int(a) >= b-24 && int(a) <= b+24 }
