@@ -377,3 +377,46 @@ func TestSessionCapacity(t *testing.T) {
 }
 
 func near(a uint32, b int) bool { return int(a) >= b-24 && int(a) <= b+24 }
+
+func TestSessionJavaScriptKeepsState(t *testing.T) {
+	testutil.RequiresBinary(t, "node")
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	steps := []struct{ code, value, stdout string }{
+		{"let a = 1; const b = 2; var c = 3;", "<none>", ""},
+		{"a + b + c", "6", ""},
+		{"function twice(x) { return 2 * x }\nclass K { m() { return 'k' } }\nconsole.log(twice(a))", "<none>", "2\n"},
+		{"new K().m()", "'k'", ""},
+		{"const d = await new Promise(r => setTimeout(() => r(40), 20));\nd + b", "42", ""},
+		{"d", "40", ""},
+		{"({x: [1, 2]})", "{ x: [ 1, 2 ] }", ""},
+	}
+	for i, want := range steps {
+		st := s.step(t, id, "javascript", want.code, 0)
+		if st.Status != "ok" || value(st) != want.value || st.Stdout != want.stdout || st.StepCount != i+1 {
+			t.Fatalf("step %d %q: %+v (value %s)", i+1, want.code, st, value(st))
+		}
+	}
+	st := s.step(t, id, "javascript", "const e = 1;\nnull.x", 0)
+	if st.Status != "error" || st.Error == nil || st.Error.Name != "TypeError" || !strings.Contains(st.Error.Traceback, "cell-8:2") {
+		t.Fatalf("exception: %+v", st)
+	}
+	st = s.step(t, id, "javascript", "console.log('spin'); while (true) {}", 1)
+	if st.Status != "timeout" || !st.Interrupted || st.KernelRestarted || st.Stdout != "spin\n" {
+		t.Fatalf("interrupted loop: %+v", st)
+	}
+	st = s.step(t, id, "javascript", "await new Promise(() => {})", 1)
+	if st.Status != "timeout" || !st.Interrupted || st.KernelRestarted {
+		t.Fatalf("interrupted await: %+v", st)
+	}
+	if st := s.step(t, id, "javascript", "a + d", 0); value(st) != "41" {
+		t.Fatalf("state after interrupts: %+v", st)
+	}
+	st = s.step(t, id, "javascript", "process.exit(5)", 0)
+	if st.ExitCode != 5 || !st.KernelRestarted {
+		t.Fatalf("process.exit: %+v", st)
+	}
+	if st := s.step(t, id, "javascript", "typeof a", 0); value(st) != "'undefined'" {
+		t.Fatalf("a new kernel after exit: %+v", st)
+	}
+}

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -27,7 +29,7 @@ const interruptGrace = 2 * time.Second
 // on the first cell and ended by a scrub (the session's reset) or by dying.
 type kernels struct {
 	python *pyKernel
-	bash   *shKernel
+	stream map[string]*streamKernel // bash and javascript
 }
 
 // pyKernel is a child of the zygote that serves cells over its socket.
@@ -37,61 +39,23 @@ type pyKernel struct {
 	exit <-chan exitInfo
 }
 
-// shKernel is a bash reading commands from its stdin; each command ends by
-// printing a marker to stdout and stderr and its status to fd 3.
-type shKernel struct {
+// streamKernel is a shell or node reading cells from its stdin. Each cell's
+// output ends with a marker on stdout and on stderr, and its outcome is one
+// line on fd 3.
+type streamKernel struct {
+	lang           string
 	pid            int
 	stdin          *os.File
 	stdout, stderr *os.File
-	status         *os.File
+	status         *bufio.Reader
+	statusFile     *os.File
 	exit           <-chan exitInfo
 }
 
-// pids lists the kernels' processes.
-func (k *kernels) pids() []int {
-	var pids []int
-	if k.python != nil {
-		pids = append(pids, k.python.pid)
+func (k *streamKernel) close() {
+	for _, f := range []*os.File{k.stdin, k.stdout, k.stderr, k.statusFile} {
+		f.Close()
 	}
-	if k.bash != nil {
-		pids = append(pids, k.bash.pid)
-	}
-	return pids
-}
-
-// userProcesses counts processes other than the agent, the zygote, its
-// spare and the kernels.
-func (a *Agent) userProcesses() int {
-	skip := map[int]bool{os.Getpid(): true}
-	if a.zygote != nil {
-		for _, pid := range a.zygote.keep() {
-			skip[pid] = true
-		}
-	}
-	a.kmu.Lock()
-	for _, pid := range a.kernels.pids() {
-		skip[pid] = true
-	}
-	a.kmu.Unlock()
-	n := 0
-	for _, pid := range livePids() {
-		if !skip[pid] && !zombie(pid) {
-			n++
-		}
-	}
-	return n
-}
-
-// zombie reports a process that has exited and waits to be reaped (say, by
-// a kernel that never waits for what it started).
-func zombie(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true // gone
-	}
-	// The state follows the parenthesised command name, which may hold ") ".
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
 
 // forget drops the kernels; a scrub has killed (or is about to kill) them.
@@ -99,10 +63,8 @@ func (k *kernels) forget() {
 	if k.python != nil {
 		k.python.conn.Close()
 	}
-	if k.bash != nil {
-		for _, f := range []*os.File{k.bash.stdin, k.bash.stdout, k.bash.stderr, k.bash.status} {
-			f.Close()
-		}
+	for _, sk := range k.stream {
+		sk.close()
 	}
 	*k = kernels{}
 }
@@ -114,10 +76,10 @@ func (a *Agent) cell(req *ExecRequest, emit func(stream string, data []byte)) (*
 	switch req.Language {
 	case "python":
 		return a.pythonCell(req, emit)
-	case "bash":
-		return a.bashCell(req, emit)
+	case "bash", "javascript":
+		return a.streamCell(req, emit)
 	default:
-		return nil, fmt.Errorf("no %s kernel in this sandbox (sessions have python and bash)", req.Language)
+		return nil, fmt.Errorf("no %s kernel in this sandbox (sessions have python, bash and javascript)", req.Language)
 	}
 }
 
@@ -248,9 +210,29 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 // bashCellFile holds the code of the cell being run; bash sources it.
 const bashCellFile = "/dev/shm/.codecell/cell.sh"
 
-func (a *Agent) bashKernel(env []string) (*shKernel, error) {
-	if a.kernels.bash != nil {
-		return a.kernels.bash, nil
+//go:embed kernel.js
+var nodeKernelSource string
+
+// streamKernel returns the running kernel of the language, or starts it.
+func (a *Agent) streamKernel(lang string, env []string) (*streamKernel, error) {
+	if k := a.kernels.stream[lang]; k != nil {
+		return k, nil
+	}
+	var path string
+	var argv []string
+	init := ""
+	switch lang {
+	case "bash":
+		path, argv = "/bin/bash", []string{"bash", "--noprofile", "--norc"}
+		// `return` in the INT trap ends the sourced cell, as Ctrl-C ends a
+		// command line; the shell itself lives on.
+		init = "shopt -s expand_aliases; trap 'return 130 2>/dev/null' INT\n"
+	case "javascript":
+		if a.node == "" {
+			return nil, errors.New("node is not installed in this sandbox")
+		}
+		// --expose-internals gives the kernel the REPL's top-level await transform.
+		path, argv = a.node, []string{"node", "--expose-internals", "-e", nodeKernelSource}
 	}
 	var ends [4][2]*os.File // stdin, stdout, stderr, status: [read, write]
 	for i := range ends {
@@ -260,10 +242,7 @@ func (a *Agent) bashKernel(env []string) (*shKernel, error) {
 		}
 		ends[i] = [2]*os.File{r, w}
 	}
-	// `return` in the INT trap ends the sourced cell, as Ctrl-C ends a
-	// command line; the shell itself lives on.
-	init := "shopt -s expand_aliases; trap 'return 130 2>/dev/null' INT\n"
-	p, exit, err := a.reaper.start("/bin/bash", []string{"bash", "--noprofile", "--norc"}, &os.ProcAttr{
+	p, exit, err := a.reaper.start(path, argv, &os.ProcAttr{
 		Dir:   workspace,
 		Env:   env,
 		Files: []*os.File{ends[0][0], ends[1][1], ends[2][1], ends[3][1]},
@@ -278,38 +257,78 @@ func (a *Agent) bashKernel(env []string) (*shKernel, error) {
 		ends[1][0].Close()
 		ends[2][0].Close()
 		ends[3][0].Close()
-		return nil, fmt.Errorf("start bash kernel: %w", err)
+		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
 	}
 	os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.Pid), []byte("1000"), 0)
-	k := &shKernel{pid: p.Pid, stdin: ends[0][1], stdout: ends[1][0], stderr: ends[2][0], status: ends[3][0], exit: exit}
+	k := &streamKernel{lang: lang, pid: p.Pid, stdin: ends[0][1], stdout: ends[1][0], stderr: ends[2][0],
+		status: bufio.NewReader(ends[3][0]), statusFile: ends[3][0], exit: exit}
 	p.Release()
 	if _, err := k.stdin.WriteString(init); err != nil {
+		k.close()
 		return nil, err
 	}
-	a.kernels.bash = k
+	if a.kernels.stream == nil {
+		a.kernels.stream = map[string]*streamKernel{}
+	}
+	a.kernels.stream[lang] = k
 	return k, nil
 }
 
-func (a *Agent) bashCell(req *ExecRequest, emit func(string, []byte)) (*ExecResult, error) {
-	k, err := a.bashKernel(envList(a.env, req.Env))
-	if err != nil {
-		return nil, err
+// cellInput is what the kernel reads for one cell.
+func cellInput(lang, code, marker string) (string, error) {
+	if lang == "javascript" {
+		b, err := json.Marshal(map[string]string{"code": code, "marker": marker})
+		return string(b) + "\n", err
 	}
 	if err := os.MkdirAll(filepath.Dir(bashCellFile), 0o700); err != nil {
-		return nil, err
+		return "", err
 	}
-	if err := os.WriteFile(bashCellFile, []byte(req.Code), 0o600); err != nil {
+	if err := os.WriteFile(bashCellFile, []byte(code), 0o600); err != nil {
+		return "", err
+	}
+	// printf's %b turns the marker's \0s back into NULs.
+	m := strings.ReplaceAll(marker, "\x00", `\0`)
+	return fmt.Sprintf("source %s </dev/null; __cc=$?; printf '%%b' '%s'; printf '%%b' '%s' >&2; printf '%%d\\n' $__cc >&3\n",
+		bashCellFile, m, m), nil
+}
+
+// parseOutcome reads a cell's status line into res.
+func parseOutcome(lang, line string, res *ExecResult) error {
+	if lang == "bash" {
+		n, err := strconv.Atoi(strings.TrimSpace(line))
+		res.ExitCode = n
+		return err
+	}
+	var out struct {
+		Value string     `json:"value"`
+		Error *CellError `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(line), &out); err != nil {
+		return err
+	}
+	res.Value, res.Error = out.Value, out.Error
+	if out.Error != nil {
+		res.ExitCode = 1
+	}
+	return nil
+}
+
+func (a *Agent) streamCell(req *ExecRequest, emit func(string, []byte)) (*ExecResult, error) {
+	k, err := a.streamKernel(req.Language, envList(a.env, req.Env))
+	if err != nil {
 		return nil, err
 	}
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
 	marker := "\x00codecell-" + hex.EncodeToString(nonce) + "\x00"
-	cmd := fmt.Sprintf("source %s </dev/null; __cc=$?; printf '\\0%%s\\0' codecell-%x; printf '\\0%%s\\0' codecell-%x >&2; printf '%%d\\n' $__cc >&3\n",
-		bashCellFile, nonce, nonce)
+	input, err := cellInput(req.Language, req.Code, marker)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
-	if _, err := k.stdin.WriteString(cmd); err != nil {
-		a.dropBash(k)
-		return &ExecResult{ExitCode: 1, KernelRestarted: true, Stderr: []byte("codecell: the bash kernel had died; its state is lost\n")}, nil
+	if _, err := k.stdin.WriteString(input); err != nil {
+		a.dropStream(k)
+		return &ExecResult{ExitCode: 1, KernelRestarted: true, Stderr: []byte("codecell: the " + k.lang + " kernel had died; its state is lost\n")}, nil
 	}
 	outs := [2]*capture{{limit: req.OutputCap, done: make(chan struct{})}, {limit: req.OutputCap, done: make(chan struct{})}}
 	for i, f := range []*os.File{k.stdout, k.stderr} {
@@ -320,11 +339,10 @@ func (a *Agent) bashCell(req *ExecRequest, emit func(string, []byte)) (*ExecResu
 		}
 		go outs[i].readUntil(f, marker, fn)
 	}
-	statusCh := make(chan int, 1)
+	statusCh := make(chan string, 1)
 	go func() {
-		line, err := readLine(k.status)
-		if n, perr := strconv.Atoi(strings.TrimSpace(line)); err == nil && perr == nil {
-			statusCh <- n
+		if line, err := k.status.ReadString('\n'); err == nil {
+			statusCh <- line
 		}
 	}()
 
@@ -333,16 +351,17 @@ func (a *Agent) bashCell(req *ExecRequest, emit func(string, []byte)) (*ExecResu
 	timer := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
 	defer timer.Stop()
 	restart := false
+	var line string
 	select {
-	case res.ExitCode = <-statusCh:
-	case info := <-k.exit: // `exit` in the cell, or killed
+	case line = <-statusCh:
+	case info := <-k.exit: // `exit` in a shell, process.exit in node, or killed
 		res.ExitCode, res.Signal = exitStatus(info.status)
 		restart = true
 	case <-timer.C:
 		res.TimedOut = true
 		syscall.Kill(-k.pid, syscall.SIGINT)
 		select {
-		case res.ExitCode = <-statusCh:
+		case line = <-statusCh:
 			res.Interrupted = true
 		case <-time.After(interruptGrace):
 			syscall.Kill(-k.pid, syscall.SIGKILL)
@@ -351,9 +370,14 @@ func (a *Agent) bashCell(req *ExecRequest, emit func(string, []byte)) (*ExecResu
 			restart = true
 		}
 	}
+	if !restart {
+		if err := parseOutcome(k.lang, line, res); err != nil {
+			return nil, fmt.Errorf("%s kernel answered %q: %w", k.lang, line, err)
+		}
+	}
 	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	if restart {
-		// What the shell wrote before it ended is still to be read; with it
+		// What the kernel wrote before it ended is still to be read; with it
 		// and its group gone, the streams end.
 		syscall.Kill(-k.pid, syscall.SIGKILL)
 		for _, f := range []*os.File{k.stdout, k.stderr} {
@@ -367,42 +391,21 @@ func (a *Agent) bashCell(req *ExecRequest, emit func(string, []byte)) (*ExecResu
 		<-c.done
 	}
 	if restart {
-		a.dropBash(k)
+		a.dropStream(k)
 	}
 	res.Stdout, res.StdoutTruncated = outs[0].result()
 	res.Stderr, res.StderrTruncated = outs[1].result()
 	if restart && res.TimedOut {
-		res.Stderr = append(res.Stderr, fmt.Sprintf("codecell: the command did not stop within %s of its interrupt; the shell was restarted and its state is lost\n", interruptGrace)...)
+		res.Stderr = append(res.Stderr, fmt.Sprintf("codecell: the cell did not stop within %s of its interrupt; the %s kernel was restarted and its state is lost\n", interruptGrace, k.lang)...)
 	}
 	return res, nil
 }
 
-// procCPU is the CPU time, in ms, of a process and the children it has
-// waited for, from /proc (clock ticks: 10 ms steps).
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
+func (a *Agent) dropStream(k *streamKernel) {
+	if a.kernels.stream[k.lang] == k {
+		delete(a.kernels.stream, k.lang)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var ticks float64
-	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-		if i < len(f) {
-			v, _ := strconv.ParseFloat(f[i], 64)
-			ticks += v
-		}
-	}
-	return ticks * 10 // USER_HZ is 100 on every Linux ABI
-}
-
-func (a *Agent) dropBash(k *shKernel) {
-	if a.kernels.bash == k {
-		a.kernels.bash = nil
-	}
-	for _, f := range []*os.File{k.stdin, k.stdout, k.stderr, k.status} {
-		f.Close()
-	}
+	k.close()
 }
 
 // readUntil reads one stream of a bash cell up to its end marker. Output a
@@ -430,22 +433,6 @@ func (c *capture) readUntil(f *os.File, marker string, emit func([]byte)) {
 		if end >= 0 || err != nil {
 			return
 		}
-	}
-}
-
-// readLine reads up to a newline, one byte at a time so nothing past it is
-// consumed.
-func readLine(f *os.File) (string, error) {
-	var b []byte
-	one := make([]byte, 1)
-	for {
-		if _, err := f.Read(one); err != nil {
-			return string(b), err
-		}
-		if one[0] == '\n' {
-			return string(b), nil
-		}
-		b = append(b, one[0])
 	}
 }
 
@@ -524,4 +511,70 @@ func (o *cellOutput) finish(res *ExecResult) {
 	}
 	res.Stdout, res.StdoutTruncated = o.outs[0].result()
 	res.Stderr, res.StderrTruncated = o.outs[1].result()
+}
+
+// pids lists the kernels' processes.
+func (k *kernels) pids() []int {
+	var pids []int
+	if k.python != nil {
+		pids = append(pids, k.python.pid)
+	}
+	for _, sk := range k.stream {
+		pids = append(pids, sk.pid)
+	}
+	return pids
+}
+
+// userProcesses counts processes other than the agent, the zygote, its
+// spare and the kernels.
+func (a *Agent) userProcesses() int {
+	skip := map[int]bool{os.Getpid(): true}
+	if a.zygote != nil {
+		for _, pid := range a.zygote.keep() {
+			skip[pid] = true
+		}
+	}
+	a.kmu.Lock()
+	for _, pid := range a.kernels.pids() {
+		skip[pid] = true
+	}
+	a.kmu.Unlock()
+	n := 0
+	for _, pid := range livePids() {
+		if !skip[pid] && !zombie(pid) {
+			n++
+		}
+	}
+	return n
+}
+
+// zombie reports a process that has exited and waits to be reaped (say, by
+// a kernel that never waits for what it started).
+func zombie(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	// The state follows the parenthesised command name, which may hold ") ".
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+// procCPU is the CPU time, in ms, of a process and the children it has
+// waited for, from /proc (clock ticks: 10 ms steps).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ticks float64
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		if i < len(f) {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			ticks += v
+		}
+	}
+	return ticks * 10 // USER_HZ is 100 on every Linux ABI
 }
