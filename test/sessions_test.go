@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -418,5 +419,183 @@ func TestSessionJavaScriptKeepsState(t *testing.T) {
 	}
 	if st := s.step(t, id, "javascript", "typeof a", 0); value(st) != "'undefined'" {
 		t.Fatalf("a new kernel after exit: %+v", st)
+	}
+}
+
+// request sends a raw body and returns the status and the raw answer.
+func (s *server) request(t *testing.T, method, path string, body []byte) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+type listing struct {
+	Path    string `json:"path"`
+	Type    string `json:"type"`
+	Entries []struct {
+		Name, Type, Mode string
+		Size             int64
+		MTime            time.Time
+	} `json:"entries"`
+}
+
+func makeTar(t *testing.T, entries ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range entries {
+		body := h.Linkname // regular files carry their content here, for brevity
+		if h.Typeflag == tar.TypeReg {
+			h.Size, h.Linkname = int64(len(body)), ""
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(body))
+		}
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+func TestSessionFiles(t *testing.T) {
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	files := "/v1/sandboxes/" + id + "/files?path="
+	if code, raw := s.request(t, "PUT", files+"data/in.txt", []byte("hello")); code != 200 || !strings.Contains(string(raw), `"path":"/workspace/data/in.txt"`) || !strings.Contains(string(raw), `"size":5`) {
+		t.Fatalf("put: %d %s", code, raw)
+	}
+	if st := s.step(t, id, "python", "open('data/in.txt').read()", 0); value(st) != "'hello'" {
+		t.Fatalf("the kernel does not see the upload: %+v", st)
+	}
+	s.step(t, id, "python", "open('/workspace/out.bin', 'wb').write(bytes(range(256)))", 0)
+	if code, raw := s.request(t, "GET", files+"out.bin", nil); code != 200 || !bytes.Equal(raw, func() []byte {
+		b := make([]byte, 256)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		return b
+	}()) {
+		t.Fatalf("get out.bin: %d %q", code, raw)
+	}
+	var l listing
+	if code := s.do(t, "GET", "/v1/sandboxes/"+id+"/files?path=/workspace/data", &l); code != 200 || l.Type != "dir" || len(l.Entries) != 1 ||
+		l.Entries[0].Name != "in.txt" || l.Entries[0].Type != "file" || l.Entries[0].Size != 5 || l.Entries[0].Mode != "0644" || time.Since(l.Entries[0].MTime) > time.Hour {
+		t.Fatalf("listing: %d %+v", code, l)
+	}
+	if code, _ := s.request(t, "DELETE", files+"data", nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	var e apiError
+	if code := s.do(t, "GET", "/v1/sandboxes/"+id+"/files?path=data/in.txt", &e); code != 404 || e.Error.Code != "not_found" {
+		t.Fatalf("get after delete: %d %+v", code, e)
+	}
+
+	// A whole directory in and out as tar.
+	in := makeTar(t, &tar.Header{Name: "src/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "src/main.py", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "print('tar ok')\n"},
+		&tar.Header{Name: "README", Typeflag: tar.TypeReg, Mode: 0o600, Linkname: "r"})
+	if code, raw := s.request(t, "PUT", files+"proj&format=tar", in); code != 200 {
+		t.Fatalf("put tar: %d %s", code, raw)
+	}
+	if st := s.step(t, id, "bash", "cd /workspace/proj && python3 src/main.py && stat -c %a README 2>/dev/null || python3 -c \"import os; print(oct(os.stat('README').st_mode & 0o777))\"", 0); !strings.HasPrefix(st.Stdout, "tar ok\n") {
+		t.Fatalf("unpacked tree: %+v", st)
+	}
+	code, raw := s.request(t, "GET", files+"proj&format=tar", nil)
+	if code != 200 {
+		t.Fatalf("get tar: %d %s", code, raw)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(raw))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(b)
+	}
+	if len(got) != 3 || got["src/main.py"] != "print('tar ok')\n" || got["README"] != "r" || got["src/"] != "" {
+		t.Fatalf("tar out: %v", got)
+	}
+}
+
+// Paths are resolved inside the sandbox: every way out of /workspace is
+// refused with 400, and the sandbox stays usable.
+func TestSessionFilePathEscapes(t *testing.T) {
+	s := shared(t)
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) { testFilePathEscapes(t, s, rt) })
+	}
+}
+
+func testFilePathEscapes(t *testing.T, s *server, rt string) {
+	id := s.createSandbox(t, map[string]any{"runtime": rt}).ID
+	s.step(t, id, "python", "import os\nos.symlink('/etc', 'etc_link')\nos.symlink('/etc/passwd', 'passwd_link')\nos.mkdir('d')\nos.symlink('../..', 'd/up')\nos.symlink('/tmp/made', 'dangling')", 0)
+	base := "/v1/sandboxes/" + id + "/files?path="
+	for _, tc := range []struct{ method, path, want string }{
+		{"GET", "../etc/passwd", "leaves /workspace"},
+		{"GET", "/etc/passwd", "outside /workspace"},
+		{"GET", "/workspace/../etc/passwd", "outside /workspace"},
+		{"GET", "etc_link/passwd", "symlink"},
+		{"GET", "passwd_link", "symlink"},
+		{"GET", "d/up/etc/passwd", "symlink"},
+		{"PUT", "etc_link/evil", "symlink"},
+		{"PUT", "../evil", "leaves /workspace"},
+		{"DELETE", "/", "outside /workspace"},
+		{"DELETE", "etc_link/passwd", "symlink"},
+		{"PUT", "dangling", "symlink"}, // would create /tmp/made
+		{"GET", "", "path is required"},
+	} {
+		var e apiError
+		code, raw := s.request(t, tc.method, base+tc.path, []byte("x"))
+		json.Unmarshal(raw, &e)
+		if code != 400 || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, tc.want) {
+			t.Errorf("%s %q: %d %s, want 400 mentioning %q", tc.method, tc.path, code, raw, tc.want)
+		}
+	}
+	for _, bad := range [][]byte{
+		makeTar(t, &tar.Header{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0o644, Linkname: "x"}),
+		makeTar(t, &tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}),
+		[]byte("not a tar"),
+	} {
+		if code, raw := s.request(t, "PUT", base+"t&format=tar", bad); code != 400 {
+			t.Errorf("bad tar: %d %s", code, raw)
+		}
+	}
+	if st := s.step(t, id, "bash", "cat /etc/hostname; python3 -c \"import os; print(*sorted(os.listdir('/workspace')))\"", 0); st.Stdout != "sandbox\nd dangling etc_link passwd_link\n" {
+		t.Fatalf("after the attempts: %+v", st)
+	}
+}
+
+func TestSessionFileLimits(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	s := startServer(t, "", "--pool-size", "1", "--gvisor-pool-size", "0", "--workspace-mb", "1", "--max-body", "3145728")
+	id := s.createSandbox(t, nil).ID
+	var e apiError
+	code, raw := s.request(t, "PUT", "/v1/sandboxes/"+id+"/files?path=big", bytes.Repeat([]byte("x"), 2<<20))
+	json.Unmarshal(raw, &e)
+	if code != 413 || e.Error.Code != "too_large" || !strings.Contains(e.Error.Message, "/workspace is full") {
+		t.Fatalf("over the workspace size: %d %s", code, raw)
+	}
+	code, raw = s.request(t, "PUT", "/v1/sandboxes/"+id+"/files?path=huge", bytes.Repeat([]byte("x"), 4<<20))
+	json.Unmarshal(raw, &e)
+	if code != 413 || !strings.Contains(e.Error.Message, "3145728 bytes") {
+		t.Fatalf("over max-body: %d %s", code, raw)
+	}
+	// Nothing half-written is left, and a file that fits still does.
+	if code, raw := s.request(t, "PUT", "/v1/sandboxes/"+id+"/files?path=small", []byte("ok")); code != 200 {
+		t.Fatalf("small file: %d %s", code, raw)
+	}
+	if st := s.step(t, id, "bash", "ls /workspace", 0); st.Stdout != "small\n" {
+		t.Fatalf("workspace: %+v", st)
 	}
 }

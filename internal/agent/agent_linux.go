@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -123,6 +124,22 @@ func (a *Agent) handle(req Request, flush func()) {
 			return
 		}
 		reply(Event{Type: EvResult, Result: res})
+	case OpFile:
+		if req.File == nil {
+			reply(Event{Type: EvError, Error: "file without body"})
+			return
+		}
+		res, err := a.files(req.File, func(b []byte) { reply(Event{Type: EvOutput, Stream: "data", Data: b}) })
+		var fe *fileError
+		if errors.As(err, &fe) {
+			reply(Event{Type: EvError, Error: fe.msg, Code: fe.code})
+			return
+		}
+		if err != nil {
+			reply(Event{Type: EvError, Error: err.Error()})
+			return
+		}
+		reply(Event{Type: EvResult, File: res})
 	case OpProcesses:
 		reply(Event{Type: EvDone, Count: a.userProcesses()})
 	case OpScrub:

@@ -1,11 +1,47 @@
 package agent
 
+import "time"
+
 // Request is one host → agent message.
 type Request struct {
 	ID   uint64       `json:"id"`
 	Op   string       `json:"op"`
 	Exec *ExecRequest `json:"exec,omitempty"`
+	File *FileRequest `json:"file,omitempty"`
 }
+
+// FileRequest acts on a path under /workspace; the agent refuses paths that
+// leave it, through "..", an absolute path or a symlink.
+type FileRequest struct {
+	Action string `json:"action"` // read, write, delete, list, tar_read, tar_write
+	Path   string `json:"path"`
+	Data   []byte `json:"data,omitempty"` // write: the content; tar_write: a tar stream
+}
+
+// FileResult answers a FileRequest; read and tar_read bytes come before it
+// in "output" events of stream "data".
+type FileResult struct {
+	Path    string      `json:"path"`           // absolute
+	Type    string      `json:"type,omitempty"` // list: what path is (file, dir, symlink, other)
+	Size    int64       `json:"size"`           // bytes read or written
+	Entries []FileEntry `json:"entries,omitempty"`
+}
+
+// FileEntry is one directory entry.
+type FileEntry struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"` // file, dir, symlink, other
+	Size  int64     `json:"size"`
+	Mode  string    `json:"mode"` // octal permissions, "0644"
+	MTime time.Time `json:"mtime"`
+}
+
+// Error classes an "error" event carries in Code, for the host to map.
+const (
+	ErrCodeInvalid  = "invalid"
+	ErrCodeNotFound = "not_found"
+	ErrCodeTooLarge = "too_large"
+)
 
 // ExecRequest runs one program to completion.
 type ExecRequest struct {
@@ -75,7 +111,9 @@ type Event struct {
 	Result *ExecResult `json:"result,omitempty"`
 	Ready  *Ready      `json:"ready,omitempty"`
 	Error  string      `json:"error,omitempty"`
+	Code   string      `json:"code,omitempty"`  // an ErrCode*, with Error
 	Count  int         `json:"count,omitempty"` // answer to "processes"
+	File   *FileResult `json:"file,omitempty"`
 }
 
 // Event types and ops, named once.
@@ -86,6 +124,7 @@ const (
 	// running (not the agent, zygote or kernels): a session is not idle
 	// while a server it started runs.
 	OpProcesses = "processes"
+	OpFile      = "file"
 
 	EvReady  = "ready"
 	EvOutput = "output"

@@ -121,7 +121,7 @@ func (c *Client) call(ctx context.Context, req agent.Request, onEvent func(agent
 				}
 				continue
 			case agent.EvError:
-				return ev, errors.New(ev.Error)
+				return ev, eventError(ev)
 			}
 			return ev, nil
 		case <-ctx.Done():
@@ -151,6 +151,36 @@ func (c *Client) Exec(ctx context.Context, req *agent.ExecRequest, onOutput func
 func (c *Client) Scrub(ctx context.Context) error {
 	_, err := c.call(ctx, agent.Request{Op: agent.OpScrub}, nil)
 	return err
+}
+
+// eventError keeps the class of an agent's error, so the API answers with
+// the right status.
+func eventError(ev agent.Event) error {
+	switch ev.Code {
+	case agent.ErrCodeInvalid:
+		return fmt.Errorf("%s: %w", ev.Error, errdefs.ErrInvalid)
+	case agent.ErrCodeNotFound:
+		return fmt.Errorf("%s: %w", ev.Error, errdefs.ErrNotFound)
+	case agent.ErrCodeTooLarge:
+		return fmt.Errorf("%s: %w", ev.Error, errdefs.ErrTooLarge)
+	}
+	return errors.New(ev.Error)
+}
+
+// File carries out a file request; onData sees the bytes a read sends.
+func (c *Client) File(ctx context.Context, req *agent.FileRequest, onData func([]byte)) (*agent.FileResult, error) {
+	var on func(agent.Event)
+	if onData != nil {
+		on = func(ev agent.Event) { onData(ev.Data) }
+	}
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpFile, File: req}, on)
+	if err != nil {
+		return nil, err
+	}
+	if ev.File == nil {
+		return nil, fmt.Errorf("agent answered a file request with %q", ev.Type)
+	}
+	return ev.File, nil
 }
 
 // Processes counts what the code started and is still running.

@@ -196,6 +196,15 @@ func (sb *Sandbox) Exec(ctx context.Context, req *agent.ExecRequest, onOutput fu
 	return &Result{ExecResult: *res, Status: classify(res, oomKilled)}, nil
 }
 
+// File reads, writes, lists or deletes under the sandbox's /workspace.
+func (sb *Sandbox) File(ctx context.Context, req *agent.FileRequest, onData func([]byte)) (*agent.FileResult, error) {
+	res, err := sb.client.File(ctx, req, onData)
+	if errors.Is(err, agentclient.ErrAgentGone) {
+		return nil, fmt.Errorf("sandbox %s is gone: %w", sb.ID, errdefs.ErrUnavailable)
+	}
+	return res, err
+}
+
 // Processes counts what the sandbox's code started that still runs.
 func (sb *Sandbox) Processes(ctx context.Context) (int, error) { return sb.client.Processes(ctx) }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/codecell/codecell/internal/errdefs"
 )
@@ -49,7 +50,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError answers err as JSON; busy answers carry Retry-After.
 func writeError(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
-	writeErrorCode(w, status, code, err.Error())
+	msg := err.Error()
+	// The class is in the code; its sentinel at the end of the message ("...:
+	// invalid argument") tells the user nothing more.
+	for _, class := range []error{errdefs.ErrInvalid, errdefs.ErrNotFound, errdefs.ErrConflict, errdefs.ErrUnavailable, errdefs.ErrExhausted, errdefs.ErrTooLarge} {
+		msg = strings.TrimSuffix(msg, ": "+class.Error())
+	}
+	writeErrorCode(w, status, code, msg)
 }
 
 func writeErrorCode(w http.ResponseWriter, status int, code, msg string) {

@@ -68,6 +68,9 @@ func (s *Server) Routes() []Route {
 		{"DELETE", "/v1/sandboxes/{id}", s.handleDeleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/exec", s.handleSandboxExec},
 		{"POST", "/v1/sandboxes/{id}/reset", s.handleResetSandbox},
+		{"GET", "/v1/sandboxes/{id}/files", s.handleGetFile},
+		{"PUT", "/v1/sandboxes/{id}/files", s.handlePutFile},
+		{"DELETE", "/v1/sandboxes/{id}/files", s.handleDeleteFile},
 	}
 }
 

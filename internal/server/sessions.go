@@ -135,3 +135,107 @@ func (s *Server) handleSandboxExec(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// fileRequest reads ?path= and ?format= of a files route.
+func fileRequest(r *http.Request) (path string, tarball bool, err error) {
+	q := r.URL.Query()
+	path = q.Get("path")
+	if path == "" {
+		return "", false, invalid("query parameter path is required: a path in /workspace, relative or absolute")
+	}
+	switch q.Get("format") {
+	case "", "raw":
+	case "tar":
+		tarball = true
+	default:
+		return "", false, invalid("format %q: use raw (the default) or tar", q.Get("format"))
+	}
+	return path, tarball, nil
+}
+
+// handleGetFile answers a file's bytes, a directory's listing (JSON), or,
+// with format=tar, a tree as a tar stream.
+func (s *Server) handleGetFile(w http.ResponseWriter, r *http.Request) {
+	path, tarball, err := fileRequest(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !tarball {
+		listing, err := s.sessions.File(r.Context(), id, &agent.FileRequest{Action: "list", Path: path}, nil)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if listing.Type != "file" {
+			if listing.Entries == nil {
+				listing.Entries = []agent.FileEntry{}
+			}
+			writeJSON(w, http.StatusOK, listing)
+			return
+		}
+	}
+	action, ctype := "read", "application/octet-stream"
+	if tarball {
+		action, ctype = "tar_read", "application/x-tar"
+	}
+	// The bytes stream out as they come; an error after the first chunk can
+	// only cut the response short.
+	started := false
+	_, err = s.sessions.File(r.Context(), id, &agent.FileRequest{Action: action, Path: path}, func(b []byte) {
+		if !started {
+			w.Header().Set("Content-Type", ctype)
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		w.Write(b)
+	})
+	switch {
+	case err != nil && !started:
+		writeError(w, err)
+	case err != nil:
+		s.log.Warn("file download cut short", "sandbox", id, "path", path, "err", err)
+	case !started: // an empty file or tree
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// handlePutFile writes the body to a file, or with format=tar unpacks it
+// into a directory.
+func (s *Server) handlePutFile(w http.ResponseWriter, r *http.Request) {
+	path, tarball, err := fileRequest(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	action := "write"
+	if tarball {
+		action = "tar_write"
+	}
+	res, err := s.sessions.File(r.Context(), r.PathValue("id"), &agent.FileRequest{Action: action, Path: path, Data: body}, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
+	path, _, err := fileRequest(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := s.sessions.File(r.Context(), r.PathValue("id"), &agent.FileRequest{Action: "delete", Path: path}, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

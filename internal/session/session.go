@@ -301,6 +301,20 @@ func (m *Manager) Exec(ctx context.Context, id string, req *agent.ExecRequest, o
 	return res, s.info(), nil
 }
 
+// File acts on the session's /workspace.
+func (m *Manager) File(ctx context.Context, id string, req *agent.FileRequest, onData func([]byte)) (*agent.FileResult, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	done := s.busy()
+	defer done()
+	s.mu.Lock()
+	sb := s.sb
+	s.mu.Unlock()
+	return sb.File(ctx, req, onData)
+}
+
 // Reset starts a new episode: new kernels, empty /workspace, a new episode
 // id. After max_episodes resets the sandbox itself is replaced.
 func (m *Manager) Reset(ctx context.Context, id string) (Info, error) {
