@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,5 +128,29 @@ func TestNemoFilesPersistBetweenRequests(t *testing.T) {
 	stateless := s.exec(t, py("runc", "import os\nprint(os.path.exists('/workspace/frame.csv'))"))
 	if stateless.Stdout != "False\n" {
 		t.Fatalf("a stateless run saw NeMo's files: %+v", stateless)
+	}
+}
+
+// OpenEnv's older PythonSandboxEnv clients: POST /exec.
+func TestPythonSandboxEnvExec(t *testing.T) {
+	s := shared(t)
+	cases := []struct {
+		body   any
+		status int
+		want   string
+	}{
+		{map[string]any{"code": "print(6 * 7)"}, 200, `{"output":"42\n"}`},
+		{map[string]any{"code": "import sys\nprint('x')\nsys.exit('bad')"}, 400, `{"detail":"bad\n"}`},
+		{map[string]any{"code": 5}, 422, `"loc":["body","code"]`},
+		{map[string]any{"source": "1"}, 422, `"msg":"Field required"`},
+		{"{", 422, `"type":"json_invalid"`},
+		{map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(60)"}, 408, `"detail":"Execution timed out after 10s`}, // the server's default time-out
+	}
+	for _, c := range cases {
+		resp := s.post(t, "/exec", c.body, nil)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%v: %d %s, want %d with %s", c.body, resp.StatusCode, b, c.status, c.want)
+		}
 	}
 }

@@ -62,6 +62,7 @@ func (s *Server) Routes() []Route {
 		{"GET", "/openapi.yaml", s.handleOpenAPI},
 		{"POST", "/v1/execute", s.handleExecute},
 		{"POST", "/execute", s.handleNemoExecute},
+		{"POST", "/exec", s.handlePythonSandboxExec},
 		{"POST", "/v1/sandboxes", s.handleCreateSandbox},
 		{"GET", "/v1/sandboxes", s.handleListSandboxes},
 		{"GET", "/v1/sandboxes/{id}", s.handleGetSandbox},
