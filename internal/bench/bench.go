@@ -1,6 +1,7 @@
-// Package bench measures codecell's stateless execution over HTTP beside a
-// baseline of plain `python3 -c` subprocesses, in the same process and run,
-// and prints p50/p99 latency and throughput.
+// Package bench measures codecell over HTTP beside baselines without it, in
+// the same process and run, and prints p50/p99 latency and throughput:
+// stateless runs against plain `python3 -c` subprocesses, sessions against a
+// fresh interpreter and a plain python3 fed statements through a pipe.
 package bench
 
 import (

@@ -75,10 +75,20 @@ func Bench(ctx context.Context, args []string, env Env) error {
 		runners = append(runners, bench.HTTPRunner{URL: url, Runtime: rt, Client: client})
 	}
 	fmt.Fprintf(env.Stdout, "codecell bench: %d runs per scenario, pool size %d (runc), %s\n", n, cfg.PoolSize, time.Now().Format(time.RFC3339))
-	return bench.Run(ctx, bench.Config{Runners: runners, Python: python, N: n, Out: env.Stdout, Scenarios: []bench.Scenario{
+	err = bench.Run(ctx, bench.Config{Runners: runners, Python: python, N: n, Out: env.Stdout, Scenarios: []bench.Scenario{
 		{Name: "print(1)", Code: "print(1)", Concurrency: 1},
 		{Name: "print(1)", Code: "print(1)", Concurrency: 8},
 		{Name: "numpy version", Code: "import numpy; print(numpy.__version__)", Concurrency: 1},
 		{Name: "numpy version", Code: "import numpy; print(numpy.__version__)", Concurrency: 8},
 	}})
+	if err != nil {
+		return err
+	}
+	for _, rt := range rts {
+		if err := bench.RunSessions(ctx, bench.SessionConfig{URL: url, Runtime: rt, Client: client, Python: python,
+			Preload: cfg.Preload, N: n, Out: env.Stdout}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+)
+
+// SessionConfig is what the session benchmark needs.
+type SessionConfig struct {
+	URL     string
+	Runtime string
+	Client  *http.Client
+	Python  string   // for the baselines
+	Preload []string // what the baseline interpreter imports, as the zygote does
+	N       int
+	Out     io.Writer
+}
+
+func (c SessionConfig) call(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, c.URL+path, rd)
+	resp, err := c.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// waitWarm waits until the runtime's pool has a warm sandbox, so a create
+// measures the claim, not the pool's refill.
+func (c SessionConfig) waitWarm(ctx context.Context) error {
+	for ctx.Err() == nil {
+		var h struct {
+			Pools map[string]struct{ Idle int } `json:"pools"`
+		}
+		if err := c.call(ctx, "GET", "/healthz", nil, &h); err == nil && h.Pools[c.Runtime].Idle > 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
+// timed runs fn n times, one after another; fn times the part that counts.
+func timed(n int, fn func() (time.Duration, error)) Figures {
+	var lat []time.Duration
+	var busy time.Duration
+	failures := 0
+	for range n {
+		d, err := fn()
+		if err != nil {
+			failures++
+			continue
+		}
+		lat = append(lat, d)
+		busy += d
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	f := Figures{N: n, Failures: failures}
+	if len(lat) > 0 {
+		f.P50, f.P99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+		f.Throughput = float64(len(lat)) / busy.Seconds()
+	}
+	return f
+}
+
+func clock(fn func() error) (time.Duration, error) {
+	t := time.Now()
+	err := fn()
+	return time.Since(t), err
+}
+
+// RunSessions measures session create, a stateful step and reset, each
+// beside what one would do without codecell: start an interpreter that
+// imports the same modules, or send a line to a plain python3 reading
+// statements from a pipe.
+func RunSessions(ctx context.Context, c SessionConfig) error {
+	start := "import " + strings.Join(append([]string{"sys"}, c.Preload...), ", ") + "\nprint('ready', flush=True)\n"
+	startPython := func() error {
+		out, err := exec.CommandContext(ctx, c.Python, "-c", start).Output()
+		if err != nil || string(out) != "ready\n" {
+			return fmt.Errorf("baseline interpreter: %v %q", err, out)
+		}
+		return nil
+	}
+	nSlow := max(c.N/10, 10)
+	label := "codecell/" + c.Runtime
+	row := func(name, who string, f Figures, base *Figures) {
+		extra := ""
+		if base != nil {
+			if x := float64(base.P50) / float64(max(f.P50, 1)); x >= 1 {
+				extra = fmt.Sprintf("  %5.1fx faster p50", x)
+			} else {
+				extra = fmt.Sprintf("  %5.1fx slower p50 (the price of isolation and HTTP)", 1/x)
+			}
+		}
+		if f.Failures > 0 {
+			extra += fmt.Sprintf("  (%d failed)", f.Failures)
+		}
+		fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms%s\n", name, who, ms(f.P50), ms(f.P99), extra)
+	}
+
+	baseStart := timed(nSlow, func() (time.Duration, error) { return clock(startPython) })
+	row("session create (warm pool)", "baseline", baseStart, nil)
+	var ids []string
+	create := timed(nSlow, func() (time.Duration, error) {
+		if err := c.waitWarm(ctx); err != nil {
+			return 0, err
+		}
+		return clock(func() error {
+			var info struct{ ID string }
+			err := c.call(ctx, "POST", "/v1/sandboxes", map[string]any{"runtime": c.Runtime}, &info)
+			ids = append(ids, info.ID)
+			return err
+		})
+	})
+	row("session create (warm pool)", label, create, &baseStart)
+	for _, id := range ids[1:] {
+		c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
+	}
+	id := ids[0]
+	defer c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
+
+	r, err := startREPL(c.Python)
+	if err != nil {
+		return err
+	}
+	r.step("x = 0")
+	baseStep := timed(c.N, func() (time.Duration, error) { return clock(func() error { return r.step("x += 1") }) })
+	r.close()
+	row("step x += 1", "baseline", baseStep, nil)
+	path := "/v1/sandboxes/" + id
+	c.call(ctx, "POST", path+"/exec", map[string]any{"code": "x = 0"}, nil)
+	step := timed(c.N, func() (time.Duration, error) {
+		return clock(func() error {
+			var out struct{ Status string }
+			if err := c.call(ctx, "POST", path+"/exec", map[string]any{"code": "x += 1"}, &out); err != nil || out.Status != "ok" {
+				return fmt.Errorf("step: %v %q", err, out.Status)
+			}
+			return nil
+		})
+	})
+	row("step x += 1", label, step, &baseStep)
+	var last struct{ Value string }
+	if err := c.call(ctx, "POST", path+"/exec", map[string]any{"code": "x"}, &last); err != nil || last.Value != fmt.Sprint(c.N) {
+		return fmt.Errorf("after %d steps x is %q, not %d: %v", c.N, last.Value, c.N, err)
+	}
+
+	row("reset", "baseline", baseStart, nil)
+	reset := timed(nSlow, func() (time.Duration, error) {
+		c.call(ctx, "POST", path+"/exec", map[string]any{"code": "y = 1"}, nil) // a kernel to replace
+		time.Sleep(50 * time.Millisecond)                                       // the zygote's next child is forked
+		return clock(func() error { return c.call(ctx, "POST", path+"/reset", nil, nil) })
+	})
+	row("reset", label, reset, &baseStart)
+	return nil
+}
+
+// repl is a plain python3 reading statements line by line: the baseline of
+// a stateful step.
+type repl struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startREPL(python string) (*repl, error) {
+	cmd := exec.Command(python, "-c", "import sys\nfor line in sys.stdin:\n    exec(line)\n    print('ok', flush=True)\n")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &repl{cmd: cmd, in: in, out: bufio.NewReader(out)}, nil
+}
+
+func (r *repl) step(code string) error {
+	if _, err := io.WriteString(r.in, code+"\n"); err != nil {
+		return err
+	}
+	line, err := r.out.ReadString('\n')
+	if err != nil || line != "ok\n" {
+		return fmt.Errorf("baseline repl: %v %q", err, line)
+	}
+	return nil
+}
+
+func (r *repl) close() {
+	r.in.Close()
+	r.cmd.Wait()
+}
