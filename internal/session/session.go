@@ -61,12 +61,11 @@ type Session struct {
 	mu         sync.Mutex
 	sb         *sandbox.Sandbox
 	lastActive time.Time
-	running    int // execs in flight, and open streams
+	running    int // execs and file transfers in flight
 	episodeID  string
 	steps      int
 	episodes   int
 	lastExit   int
-	closed     bool
 }
 
 func (s *Session) info() Info {
@@ -266,7 +265,6 @@ func (m *Manager) Delete(id string) error {
 		return fmt.Errorf("no sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	s.mu.Lock()
-	s.closed = true
 	sb := s.sb
 	s.mu.Unlock()
 	sb.Destroy(context.Background())
@@ -349,16 +347,6 @@ func (m *Manager) Reset(ctx context.Context, id string) (Info, error) {
 	s.mu.Unlock()
 	done()
 	return s.info(), nil
-}
-
-// Hold marks a session active until the returned func is called: for
-// streams that stay open between steps.
-func (m *Manager) Hold(id string) (func(), error) {
-	s, err := m.get(id)
-	if err != nil {
-		return nil, err
-	}
-	return s.busy(), nil
 }
 
 // janitor ends sessions past their lifetime and those idle past their
