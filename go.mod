@@ -6,3 +6,5 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/coder/websocket v1.8.15

@@ -25,7 +25,7 @@ func shared(t *testing.T) *server {
 	testutil.RequiresBinary(t, "runsc")
 	sharedOnce.Do(func() {
 		// Not tied to one test's cleanup: it lives for the whole package run.
-		sharedSrv = startServer(&packageTB{T: t}, "", "--output-cap", "4096", "--max-timeout", "30s")
+		sharedSrv = startServer(&packageTB{T: t}, "", "--output-cap", "4096", "--max-timeout", "30s", "--ws-ping-interval", "1s")
 	})
 	if sharedSrv == nil {
 		t.Fatal("shared server failed to start")

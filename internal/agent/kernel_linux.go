@@ -191,12 +191,13 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 			Error    *CellError `json:"error"`
 			CPUS     float64    `json:"cpu_s"`
 			MaxRSSKB int64      `json:"maxrss_kb"`
+			Syntax   bool       `json:"syntax_error"`
 		}
 		if err := json.Unmarshal(reply, &cr); err != nil {
 			return nil, fmt.Errorf("python kernel answered %q: %w", reply, err)
 		}
 		res.Value, res.Outputs, res.Error = cr.Value, cr.Outputs, cr.Error
-		res.CPUMs, res.MaxRSSKB = cr.CPUS*1000, cr.MaxRSSKB
+		res.CPUMs, res.MaxRSSKB, res.SyntaxError = cr.CPUS*1000, cr.MaxRSSKB, cr.Syntax
 		if cr.Error != nil {
 			res.ExitCode = 1
 			if cr.Error.Traceback != "" {

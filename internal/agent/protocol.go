@@ -76,6 +76,7 @@ type ExecResult struct {
 	Value           string     `json:"value,omitempty"`   // repr of a final expression's value
 	Outputs         []Output   `json:"outputs,omitempty"` // figures and display() calls, in order
 	Error           *CellError `json:"error,omitempty"`
+	SyntaxError     bool       `json:"syntax_error,omitempty"`     // the cell did not parse
 	Interrupted     bool       `json:"interrupted,omitempty"`      // stopped by SIGINT at its time-out; state kept
 	KernelRestarted bool       `json:"kernel_restarted,omitempty"` // the kernel died or ignored the interrupt; state lost
 }

@@ -264,6 +264,10 @@ def _cell(code, filename, ns, display, ast, linecache, traceback):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
         tree = ast.parse(code, filename, "exec")
+    except SyntaxError as e:
+        return {"syntax_error": True, "error": {"name": type(e).__name__, "value": str(e),
+                "traceback": "".join(traceback.format_exception(type(e), e, None))}}
+    try:
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)

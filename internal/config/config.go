@@ -44,6 +44,7 @@ type Config struct {
 	MaxSessions        int           // stateful sandboxes held at once
 	SessionIdleTimeout time.Duration // default idle time-out of a session
 	SessionMaxLifetime time.Duration // cap (and default) of a session's lifetime
+	WSPingInterval     time.Duration // WebSocket keep-alive; a peer silent this long twice is dropped
 
 	afterParse func()
 }
@@ -79,6 +80,7 @@ func Default() Config {
 		MaxSessions:        64,
 		SessionIdleTimeout: 10 * time.Minute,
 		SessionMaxLifetime: 24 * time.Hour,
+		WSPingInterval:     15 * time.Second,
 	}
 }
 
@@ -180,6 +182,7 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.MaxSessions, "max-sessions", "MAX_SESSIONS", "stateful sandboxes (sessions) held at once; beyond it creating one answers 429")
 	num(&c.SessionIdleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "default time a session may sit idle (no exec, stream or process of its own) before it is stopped")
 	num(&c.SessionMaxLifetime, "session-max-lifetime", "SESSION_MAX_LIFETIME", "longest (and default) life of a session")
+	num(&c.WSPingInterval, "ws-ping-interval", "WS_PING_INTERVAL", "how often WebSocket peers are pinged; one that does not answer within the same time is dropped and its session freed")
 	// Parsed values land in the struct after fs.Parse; these two need converting.
 	c.afterParse = func() {
 		c.Preload = SplitList(preload)
@@ -246,6 +249,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		bad("max-body %d: must be at least 1024", c.MaxBodyBytes)
+	}
+	if c.WSPingInterval <= 0 {
+		bad("ws-ping-interval %s: must be more than 0", c.WSPingInterval)
 	}
 	if c.MaxSessions < 0 {
 		bad("max-sessions %d: must be 0 (no sessions) or more", c.MaxSessions)

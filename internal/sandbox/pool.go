@@ -31,6 +31,7 @@ type Pool struct {
 	mu      sync.Mutex
 	all     map[*Sandbox]bool
 	lastErr error         // why the last creation failed; nil once one succeeds
+	started bool          // a sandbox was made once: the runtime works
 	failed  chan struct{} // closed (and replaced) when a creation fails, to wake waiters
 }
 
@@ -61,6 +62,7 @@ func (p *Pool) refill() {
 				if !closed {
 					p.all[sb] = true
 					p.lastErr = nil
+					p.started = true
 				}
 				p.mu.Unlock()
 				if closed {
@@ -170,6 +172,7 @@ func (p *Pool) discard(sb *Sandbox) {
 
 // Stats is a snapshot for health and metrics.
 type Stats struct {
+	Ready   bool   `json:"ready"` // the pool has made sandboxes and its last attempt worked
 	Size    int    `json:"size"`
 	Idle    int    `json:"idle"`
 	Waiting int64  `json:"waiting"`
@@ -180,7 +183,7 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Size: len(p.all), Idle: len(p.idle), Waiting: p.waiting.Load()}
+	s := Stats{Ready: p.started && p.lastErr == nil, Size: len(p.all), Idle: len(p.idle), Waiting: p.waiting.Load()}
 	if p.lastErr != nil {
 		s.Error = p.lastErr.Error()
 	}

@@ -32,6 +32,7 @@ type Server struct {
 	cfg      config.Config
 	mgr      Executor
 	sessions *session.Manager
+	openenv  openEnvDefault
 	log      *slog.Logger
 	mux      *http.ServeMux
 }
@@ -63,6 +64,13 @@ func (s *Server) Routes() []Route {
 		{"POST", "/v1/execute", s.handleExecute},
 		{"POST", "/execute", s.handleNemoExecute},
 		{"POST", "/exec", s.handlePythonSandboxExec},
+		{"POST", "/reset", s.handleOpenEnvReset},
+		{"POST", "/step", s.handleOpenEnvStep},
+		{"GET", "/state", s.handleOpenEnvState},
+		{"GET", "/health", s.handleOpenEnvHealth},
+		{"GET", "/schema", s.handleOpenEnvSchema},
+		{"GET", "/metadata", s.handleOpenEnvMetadata},
+		{"GET", "/ws", s.handleOpenEnvWS},
 		{"POST", "/v1/sandboxes", s.handleCreateSandbox},
 		{"GET", "/v1/sandboxes", s.handleListSandboxes},
 		{"GET", "/v1/sandboxes/{id}", s.handleGetSandbox},
@@ -91,7 +99,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	stats := s.mgr.Stats()
 	def, ok := stats[s.cfg.Runtime]
-	if !ok || def.Size == 0 {
+	if !ok || !def.Ready {
 		msg := fmt.Sprintf("no %s sandbox is up yet", s.cfg.Runtime)
 		if def.Error != "" {
 			msg += ": " + def.Error

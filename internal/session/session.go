@@ -61,7 +61,7 @@ type Session struct {
 	mu         sync.Mutex
 	sb         *sandbox.Sandbox
 	lastActive time.Time
-	running    int // execs and file transfers in flight
+	running    int // execs, file transfers and holding connections
 	episodeID  string
 	steps      int
 	episodes   int
@@ -314,8 +314,9 @@ func (m *Manager) File(ctx context.Context, id string, req *agent.FileRequest, o
 }
 
 // Reset starts a new episode: new kernels, empty /workspace, a new episode
-// id. After max_episodes resets the sandbox itself is replaced.
-func (m *Manager) Reset(ctx context.Context, id string) (Info, error) {
+// id (episodeID, or a fresh one if empty). After max_episodes resets the
+// sandbox itself is replaced.
+func (m *Manager) Reset(ctx context.Context, id, episodeID string) (Info, error) {
 	s, err := m.get(id)
 	if err != nil {
 		return Info{}, err
@@ -341,12 +342,32 @@ func (m *Manager) Reset(ctx context.Context, id string) (Info, error) {
 	}
 	s.mu.Lock()
 	s.episodes = episodes
-	s.episodeID = newID("ep-")
+	if episodeID == "" {
+		episodeID = newID("ep-")
+	}
+	s.episodeID = episodeID
 	s.steps = 0
 	s.lastExit = 0
 	s.mu.Unlock()
 	done()
 	return s.info(), nil
+}
+
+// Hold marks a session active until the returned func is called: for a
+// connection that owns it and may sit quiet between steps.
+func (m *Manager) Hold(id string) (func(), error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.busy(), nil
+}
+
+// Capacity is how many sessions exist and how many may.
+func (m *Manager) Capacity() (active, max int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions), m.limits.MaxSessions
 }
 
 // janitor ends sessions past their lifetime and those idle past their
