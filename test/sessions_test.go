@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"image/png"
@@ -597,5 +599,97 @@ func TestSessionFileLimits(t *testing.T) {
 	}
 	if st := s.step(t, id, "bash", "ls /workspace", 0); st.Stdout != "small\n" {
 		t.Fatalf("workspace: %+v", st)
+	}
+}
+
+type sseEvent struct {
+	name string
+	data string
+	at   time.Time
+}
+
+// streamStep posts to /exec/stream and hands each event to onEvent until it
+// returns false or the stream ends.
+func (s *server) streamStep(t *testing.T, ctx context.Context, id string, body map[string]any, onEvent func(sseEvent) bool) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/sandboxes/"+id+"/exec/stream", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		case line == "":
+			ev.at = time.Now()
+			if !onEvent(ev) {
+				return
+			}
+			ev = sseEvent{}
+		}
+	}
+}
+
+func TestSessionStreaming(t *testing.T) {
+	s := shared(t)
+	id := s.createSandbox(t, nil).ID
+	var events []sseEvent
+	s.streamStep(t, context.Background(), id, map[string]any{"code": "import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)\nprint('warn', file=sys.stderr)\n'done'"}, func(e sseEvent) bool {
+		events = append(events, e)
+		return true
+	})
+	var names, chunks []string
+	for _, e := range events {
+		names = append(names, e.name)
+		if e.name == "stdout" || e.name == "stderr" {
+			var c struct{ Data string }
+			json.Unmarshal([]byte(e.data), &c)
+			chunks = append(chunks, e.name+":"+c.Data)
+		}
+	}
+	if strings.Join(chunks, "|") != "stdout:0\n|stdout:1\n|stdout:2\n|stderr:warn\n" || names[0] != "start" || names[len(names)-1] != "result" {
+		t.Fatalf("events: %v chunks %q", names, chunks)
+	}
+	// The first line came while the code still slept, not with the result.
+	if gap := events[len(events)-1].at.Sub(events[1].at); gap < 500*time.Millisecond {
+		t.Fatalf("output arrived %v before the result; it was not streamed", gap)
+	}
+	var res step
+	json.Unmarshal([]byte(events[len(events)-1].data), &res)
+	if res.Status != "ok" || value(res) != "'done'" || res.Stdout != "0\n1\n2\n" || res.StepCount != 1 {
+		t.Fatalf("result: %+v", res)
+	}
+
+	// A client that goes away stops its step; the kernel is interrupted, and
+	// keeps its state, instead of running on for the step's 25 s.
+	s.step(t, id, "python", "kept = 7", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.streamStep(t, ctx, id, map[string]any{"code": "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", "timeout_s": 25}, func(e sseEvent) bool {
+		return e.name != "stdout" // hang up at the first output
+	})
+	cancel()
+	quick := &http.Client{Timeout: 15 * time.Second}
+	b, _ := json.Marshal(map[string]any{"code": "kept"})
+	resp, err := quick.Post(s.URL+"/v1/sandboxes/"+id+"/exec", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the abandoned step still holds the kernel: %v", err)
+	}
+	defer resp.Body.Close()
+	var after step
+	json.NewDecoder(resp.Body).Decode(&after)
+	if value(after) != "7" {
+		t.Fatalf("after the disconnect: %+v", after)
 	}
 }

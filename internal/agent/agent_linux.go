@@ -35,6 +35,8 @@ type Agent struct {
 
 	kmu     sync.Mutex // held while a cell runs
 	kernels kernels
+
+	cancels map[uint64]chan struct{} // running execs, by request ID; under mu
 }
 
 // Run serves requests from in until it reaches EOF.
@@ -56,7 +58,7 @@ func Run(in io.Reader, out io.Writer, opts Options) error {
 		out = pollable(f)
 	}
 	bw := bufio.NewWriterSize(out, 64*1024)
-	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw), ipc: ipcCleaner{byID: opts.GVisor}}
+	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw), ipc: ipcCleaner{byID: opts.GVisor}, cancels: map[uint64]chan struct{}{}}
 	flush := func() { bw.Flush() }
 	a.node, _ = exec.LookPath("node")
 
@@ -116,6 +118,16 @@ func (a *Agent) handle(req Request, flush func()) {
 			reply(Event{Type: EvError, Error: "exec without body"})
 			return
 		}
+		cancel := make(chan struct{})
+		a.mu.Lock()
+		a.cancels[req.ID] = cancel
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			delete(a.cancels, req.ID)
+			a.mu.Unlock()
+		}()
+		req.Exec.cancel = cancel
 		res, err := a.run(req.Exec, func(stream string, data []byte) {
 			reply(Event{Type: EvOutput, Stream: stream, Data: data})
 		})
@@ -140,6 +152,13 @@ func (a *Agent) handle(req Request, flush func()) {
 			return
 		}
 		reply(Event{Type: EvResult, File: res})
+	case OpCancel:
+		a.mu.Lock()
+		if ch, ok := a.cancels[req.Target]; ok {
+			close(ch)
+			delete(a.cancels, req.Target)
+		}
+		a.mu.Unlock()
 	case OpProcesses:
 		reply(Event{Type: EvDone, Count: a.userProcesses()})
 	case OpScrub:

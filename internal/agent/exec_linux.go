@@ -181,16 +181,16 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 		go c.read(pipes[i+1][0], fn)
 	}
 
-	timer := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-	defer timer.Stop()
+	dl := newDeadline(req)
+	defer dl.stop()
 	timedOut := false
 	var info exitInfo
 	select {
 	case info = <-exit:
 	case info = <-reported:
 		a.noteExiting(exit)
-	case <-timer.C:
-		timedOut = true
+	case <-dl.C:
+		timedOut = !dl.cancelled
 		syscall.Kill(-pid, syscall.SIGKILL)
 		info = <-exit
 	}
@@ -219,6 +219,42 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 		res.Signal = unix.SignalName(ws.Signal())
 	}
 	return res, nil
+}
+
+// deadline fires at a request's time-out, or earlier if the host cancels it.
+type deadline struct {
+	C         chan struct{}
+	once      sync.Once
+	timer     *time.Timer
+	done      chan struct{}
+	cancelled bool // set before C closes, when the cause was a cancel
+}
+
+func newDeadline(req *ExecRequest) *deadline {
+	d := &deadline{C: make(chan struct{}), done: make(chan struct{})}
+	d.timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { d.fire(false) })
+	if req.cancel != nil {
+		go func() {
+			select {
+			case <-req.cancel:
+				d.fire(true)
+			case <-d.done:
+			}
+		}()
+	}
+	return d
+}
+
+func (d *deadline) fire(cancelled bool) {
+	d.once.Do(func() {
+		d.cancelled = cancelled
+		close(d.C)
+	})
+}
+
+func (d *deadline) stop() {
+	d.timer.Stop()
+	close(d.done)
 }
 
 // noteExiting remembers a run that reported its end but may not have been

@@ -153,12 +153,12 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 	res := &ExecResult{}
 	var reply []byte
 	note := "" // what codecell adds to stderr
-	timer := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-	defer timer.Stop()
+	dl := newDeadline(req)
+	defer dl.stop()
 	select {
 	case reply = <-resCh:
-	case <-timer.C:
-		res.TimedOut = true
+	case <-dl.C:
+		res.TimedOut = !dl.cancelled
 		syscall.Kill(k.pid, syscall.SIGINT)
 		select {
 		case reply = <-resCh:
@@ -349,8 +349,8 @@ func (a *Agent) streamCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 
 	res := &ExecResult{}
 	cpu0 := procCPU(k.pid)
-	timer := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-	defer timer.Stop()
+	dl := newDeadline(req)
+	defer dl.stop()
 	restart := false
 	var line string
 	select {
@@ -358,8 +358,8 @@ func (a *Agent) streamCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 	case info := <-k.exit: // `exit` in a shell, process.exit in node, or killed
 		res.ExitCode, res.Signal = exitStatus(info.status)
 		restart = true
-	case <-timer.C:
-		res.TimedOut = true
+	case <-dl.C:
+		res.TimedOut = !dl.cancelled
 		syscall.Kill(-k.pid, syscall.SIGINT)
 		select {
 		case line = <-statusCh:

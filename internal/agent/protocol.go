@@ -8,6 +8,8 @@ type Request struct {
 	Op   string       `json:"op"`
 	Exec *ExecRequest `json:"exec,omitempty"`
 	File *FileRequest `json:"file,omitempty"`
+	// Target is the request a "cancel" stops: its client has gone.
+	Target uint64 `json:"target,omitempty"`
 }
 
 // FileRequest acts on a path under /workspace; the agent refuses paths that
@@ -57,6 +59,8 @@ type ExecRequest struct {
 	// language (a session's), started on first use with Env; Stdin and Files
 	// do not apply.
 	Kernel bool `json:"kernel,omitempty"`
+
+	cancel <-chan struct{} // closed when the host cancels the request
 }
 
 // ExecResult is how a run ended.
@@ -126,6 +130,10 @@ const (
 	// while a server it started runs.
 	OpProcesses = "processes"
 	OpFile      = "file"
+	// OpCancel stops the exec named by Target as its time-out would: a
+	// kernel cell is interrupted first, so the session keeps its state.
+	// Answered by nothing; the exec itself still answers.
+	OpCancel = "cancel"
 
 	EvReady  = "ready"
 	EvOutput = "output"

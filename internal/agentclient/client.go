@@ -125,6 +125,14 @@ func (c *Client) call(ctx context.Context, req agent.Request, onEvent func(agent
 			}
 			return ev, nil
 		case <-ctx.Done():
+			if req.Op == agent.OpExec {
+				// The caller is gone; the run must not go on without it.
+				go func() {
+					c.wmu.Lock()
+					defer c.wmu.Unlock()
+					c.enc.Encode(agent.Request{Op: agent.OpCancel, Target: req.ID})
+				}()
+			}
 			return agent.Event{}, ctx.Err()
 		}
 	}

@@ -76,6 +76,7 @@ func (s *Server) Routes() []Route {
 		{"GET", "/v1/sandboxes/{id}", s.handleGetSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", s.handleDeleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/exec", s.handleSandboxExec},
+		{"POST", "/v1/sandboxes/{id}/exec/stream", s.handleSandboxExecStream},
 		{"POST", "/v1/sandboxes/{id}/reset", s.handleResetSandbox},
 		{"GET", "/v1/sandboxes/{id}/files", s.handleGetFile},
 		{"PUT", "/v1/sandboxes/{id}/files", s.handlePutFile},

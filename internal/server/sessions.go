@@ -1,11 +1,15 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/session"
 )
 
@@ -104,27 +108,27 @@ func (s *Server) handleResetSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
-func (s *Server) handleSandboxExec(w http.ResponseWriter, r *http.Request) {
+// decodeSandboxExec reads an exec request, or answers the error.
+func (s *Server) decodeSandboxExec(w http.ResponseWriter, r *http.Request) (*agent.ExecRequest, bool) {
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	var req SandboxExecRequest
 	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	areq, err := s.toAgent(&ExecuteRequest{Language: req.Language, Code: req.Code, TimeoutS: req.TimeoutS})
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, false
 	}
-	res, info, err := s.sessions.Exec(r.Context(), r.PathValue("id"), areq, nil)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	return areq, true
+}
+
+func toSandboxResponse(res *sandbox.Result, info session.Info) SandboxExecResponse {
 	out := SandboxExecResponse{ExecuteResponse: toResponse(res), Outputs: res.Outputs, Error: res.Error,
 		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, EpisodeID: info.EpisodeID, StepCount: info.StepCount}
 	if out.Outputs == nil {
@@ -133,7 +137,62 @@ func (s *Server) handleSandboxExec(w http.ResponseWriter, r *http.Request) {
 	if res.Value != "" {
 		out.Value = &res.Value
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
+}
+
+func (s *Server) handleSandboxExec(w http.ResponseWriter, r *http.Request) {
+	areq, ok := s.decodeSandboxExec(w, r)
+	if !ok {
+		return
+	}
+	res, info, err := s.sessions.Exec(r.Context(), r.PathValue("id"), areq, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSandboxResponse(res, info))
+}
+
+// handleSandboxExecStream runs a step like /exec, answering Server-Sent
+// Events: "stdout" and "stderr" ({"data"}) as the code writes, then one
+// "result" (the /exec answer) or "error" ({"error": {"code", "message"}}).
+// A client that goes away cancels the step; a kernel is interrupted, not
+// restarted, so the session keeps its state.
+func (s *Server) handleSandboxExecStream(w http.ResponseWriter, r *http.Request) {
+	areq, ok := s.decodeSandboxExec(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := s.sessions.Get(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	event := func(name string, data any) {
+		b, _ := json.Marshal(data)
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	event("start", map[string]string{"sandbox": id})
+	areq.Stream = true
+	res, info, err := s.sessions.Exec(r.Context(), id, areq, func(stream string, data []byte) {
+		event(stream, map[string]string{"data": string(data)})
+	})
+	if err != nil {
+		_, code := statusOf(err)
+		event("error", map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
+		return
+	}
+	event("result", toSandboxResponse(res, info))
 }
 
 // fileRequest reads ?path= and ?format= of a files route.
