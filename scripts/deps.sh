@@ -5,7 +5,7 @@ need=()
 command -v runc >/dev/null || need+=(runc)
 command -v runsc >/dev/null || need+=(runsc)
 [ -x /usr/bin/python3 ] || need+=(python3)
-for mod in numpy pandas scipy matplotlib plotly; do
+for mod in numpy pandas scipy matplotlib plotly pytest; do
   /usr/bin/python3 -c "import $mod" 2>/dev/null || need+=("python3-$mod")
 done
 command -v node >/dev/null || need+=(nodejs)

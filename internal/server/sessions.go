@@ -228,10 +228,11 @@ func (s *Server) handleGetFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if listing.Type != "file" {
-			if listing.Entries == nil {
-				listing.Entries = []agent.FileEntry{}
+			entries := listing.Entries
+			if entries == nil {
+				entries = []agent.FileEntry{} // an empty directory lists [], not nothing
 			}
-			writeJSON(w, http.StatusOK, listing)
+			writeJSON(w, http.StatusOK, map[string]any{"path": listing.Path, "type": listing.Type, "entries": entries})
 			return
 		}
 	}
