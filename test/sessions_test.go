@@ -336,6 +336,11 @@ func TestSessionLimitsAndBadInput(t *testing.T) {
 	if st := s.step(t, id, "python", "b = bytearray(100 << 20)\nlen(b) >> 20", 0); value(st) != "100" {
 		t.Fatalf("under the memory limit: %+v", st)
 	}
+	// Limits can grow past the pool's default (512 MiB) too.
+	big := s.createSandbox(t, map[string]any{"memory_mb": 1024}).ID
+	if st := s.step(t, big, "python", "b = bytearray(700 << 20)\nb[::4096] = b'x' * len(b[::4096])\nlen(b) >> 20", 0); value(st) != "700" {
+		t.Fatalf("700 MB in a 1024 MiB session: %+v", st)
+	}
 	s.requireHealthy(t, "runc")
 }
 

@@ -98,9 +98,29 @@ func setLimits(cg string, memoryBytes int64, cpus float64, pids int64) error {
 		if !set[strings.SplitN(filepath.Base(file), ".", 2)[0]] {
 			continue
 		}
-		if err := os.WriteFile(file, []byte(val), 0); err != nil {
+		if err := writeLimit(file, val); err != nil {
 			return fmt.Errorf("set %s to %s: %w", filepath.Base(file), val, err)
 		}
 	}
 	return nil
+}
+
+// writeLimit writes a cgroup limit. On v1 the memory limit may not exceed
+// memory+swap (which runc sets equal to it: no swap), so that one moves
+// with it: raised first when the limit grows, lowered after when it shrinks.
+func writeLimit(file, val string) error {
+	memsw := strings.Replace(file, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", 1)
+	if memsw == file {
+		return os.WriteFile(file, []byte(val), 0)
+	}
+	if _, err := os.Stat(memsw); err != nil {
+		return os.WriteFile(file, []byte(val), 0) // no swap accounting on this host
+	}
+	if err := os.WriteFile(file, []byte(val), 0); err != nil {
+		if err := os.WriteFile(memsw, []byte(val), 0); err != nil {
+			return err
+		}
+		return os.WriteFile(file, []byte(val), 0)
+	}
+	return os.WriteFile(memsw, []byte(val), 0)
 }
