@@ -210,3 +210,45 @@ func (r *repl) close() {
 	r.in.Close()
 	r.cmd.Wait()
 }
+
+// IdleMemory opens n sessions, runs one step in each (so each holds a live
+// kernel, as an agent's session between steps does), waits for the pool to
+// refill, and reports the memory the sandboxes' cgroups gained per session.
+func IdleMemory(ctx context.Context, c SessionConfig, n int, inUse func() (int64, error), poolFull func() bool) (float64, error) {
+	settle := func() (int64, error) {
+		for !poolFull() {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // spares forked after a claim settle
+		return inUse()
+	}
+	before, err := settle()
+	if err != nil {
+		return 0, err
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
+		}
+	}()
+	for i := range n {
+		var info struct{ ID string }
+		if err := c.call(ctx, "POST", "/v1/sandboxes", map[string]any{"runtime": c.Runtime}, &info); err != nil {
+			return 0, fmt.Errorf("session %d of %d: %w", i+1, n, err)
+		}
+		ids = append(ids, info.ID)
+		var out struct{ Status string }
+		if err := c.call(ctx, "POST", "/v1/sandboxes/"+info.ID+"/exec", map[string]any{"code": "x = 1"}, &out); err != nil || out.Status != "ok" {
+			return 0, fmt.Errorf("step in session %d: %v %q", i+1, err, out.Status)
+		}
+	}
+	after, err := settle()
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(n) / (1 << 20), nil
+}

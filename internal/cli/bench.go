@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/codecell/codecell/internal/bench"
@@ -19,17 +20,22 @@ import (
 // and measures it beside plain python3 subprocesses.
 func Bench(ctx context.Context, args []string, env Env) error {
 	var url, runtimes, python string
-	var n int
+	var n, idle int
 	cfg, _, err := loadConfig("bench", args, env, func(fs *flag.FlagSet) {
 		fs.StringVar(&url, "url", "", "measure a running server instead of starting one")
 		fs.StringVar(&runtimes, "runtimes", "runc,gvisor", "runtimes to measure")
 		fs.StringVar(&python, "python", "/usr/bin/python3", "interpreter for the subprocess baseline")
 		fs.IntVar(&n, "n", 300, "runs per scenario")
+		fs.IntVar(&idle, "idle-sessions", 0, "instead of latency, measure the memory of this many idle sessions (runc), with and without preloads")
 	})
 	if err != nil {
 		return err
 	}
 	rts := config.SplitList(runtimes)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Minute}
+	if idle > 0 {
+		return benchIdleMemory(ctx, cfg, idle, client, env)
+	}
 	if url == "" {
 		sizes := map[string]int{}
 		for _, rt := range rts {
@@ -39,37 +45,13 @@ func Bench(ctx context.Context, args []string, env Env) error {
 			sizes[runtime.GVisor] = max(cfg.GVisorPool, 1)
 		}
 		cfg.Runtime = rts[0]
-		mgr, err := sandbox.NewManager(ctx, cfg, sizes, newLogger(env.Stderr, "warn"))
+		srvURL, _, stop, err := benchServer(ctx, cfg, sizes, env)
 		if err != nil {
 			return err
 		}
-		defer mgr.Close()
-		fmt.Fprintf(env.Stdout, "starting pools %v ...\n", sizes)
-		if err := mgr.WaitReady(ctx); err != nil {
-			return err
-		}
-		// Let every pool fill completely so the first scenario is not measuring start-up.
-		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			full := true
-			for rt, st := range mgr.Stats() {
-				full = full && st.Idle == sizes[rt]
-			}
-			if full {
-				break
-			}
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		sessions := newSessions(cfg, mgr, newLogger(env.Stderr, "warn"))
-		defer sessions.Close()
-		srv := &http.Server{Handler: server.New(cfg, mgr, sessions, newLogger(env.Stderr, "warn"))}
-		go srv.Serve(ln)
-		defer srv.Close()
-		url = "http://" + ln.Addr().String()
+		defer stop()
+		url = srvURL
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute}
 	var runners []bench.HTTPRunner
 	for _, rt := range rts {
 		runners = append(runners, bench.HTTPRunner{URL: url, Runtime: rt, Client: client})
@@ -89,6 +71,60 @@ func Bench(ctx context.Context, args []string, env Env) error {
 			Preload: cfg.Preload, N: n, Out: env.Stdout}); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// benchServer starts pools of the given sizes, waits until they are full
+// (so nothing measures start-up) and serves them on a loopback port.
+func benchServer(ctx context.Context, cfg config.Config, sizes map[string]int, env Env) (url string, full func() bool, stop func(), err error) {
+	log := newLogger(env.Stderr, "warn")
+	mgr, err := sandbox.NewManager(ctx, cfg, sizes, log)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	full = func() bool {
+		ok := true
+		for rt, st := range mgr.Stats() {
+			ok = ok && st.Idle == sizes[rt]
+		}
+		return ok
+	}
+	fmt.Fprintf(env.Stdout, "starting pools %v ...\n", sizes)
+	for deadline := time.Now().Add(3 * time.Minute); !full() && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		mgr.Close()
+		return "", nil, nil, err
+	}
+	sessions := newSessions(cfg, mgr, log)
+	srv := &http.Server{Handler: server.New(cfg, mgr, sessions, log)}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), full, func() {
+		srv.Close()
+		sessions.Close()
+		mgr.Close()
+	}, nil
+}
+
+// benchIdleMemory measures the memory per idle session, with the configured
+// preloads and with none.
+func benchIdleMemory(ctx context.Context, cfg config.Config, n int, client *http.Client, env Env) error {
+	cfg.MaxSessions = n
+	cfg.Runtime = runtime.Runc
+	for _, preload := range [][]string{cfg.Preload, nil} {
+		cfg.Preload = preload
+		url, full, stop, err := benchServer(ctx, cfg, map[string]int{runtime.Runc: cfg.PoolSize}, env)
+		if err != nil {
+			return err
+		}
+		mib, err := bench.IdleMemory(ctx, bench.SessionConfig{URL: url, Runtime: runtime.Runc, Client: client}, n, sandbox.MemoryInUse, full)
+		stop()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "%d idle sessions, preload %q: %.1f MiB per session (cgroup memory)\n", n, strings.Join(preload, ","), mib)
 	}
 	return nil
 }

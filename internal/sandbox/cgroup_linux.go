@@ -124,3 +124,17 @@ func writeLimit(file, val string) error {
 	}
 	return os.WriteFile(memsw, []byte(val), 0)
 }
+
+// MemoryInUse is the memory the cgroups of every sandbox use together, as
+// the kernel accounts it (anonymous memory, page tables, tmpfs, page cache).
+func MemoryInUse() (int64, error) {
+	file := filepath.Join(cgroupRoot, "memory", cgroupParent, "memory.usage_in_bytes")
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		file = filepath.Join(cgroupRoot, cgroupParent, "memory.current")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
