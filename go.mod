@@ -8,3 +8,8 @@ require (
 )
 
 require github.com/coder/websocket v1.8.15
+
+require (
+	github.com/jezek/xgb v1.1.1 // indirect
+	golang.org/x/image v0.47.0 // indirect
+)

@@ -37,6 +37,7 @@ type Agent struct {
 	kernels kernels
 
 	cancels map[uint64]chan struct{} // running execs, by request ID; under mu
+	display *display                 // the X server, once started; under mu
 }
 
 // Run serves requests from in until it reaches EOF.
@@ -142,7 +143,7 @@ func (a *Agent) handle(req Request, flush func()) {
 			return
 		}
 		res, err := a.files(req.File, func(b []byte) { reply(Event{Type: EvOutput, Stream: "data", Data: b}) })
-		var fe *fileError
+		var fe *requestError
 		if errors.As(err, &fe) {
 			reply(Event{Type: EvError, Error: fe.msg, Code: fe.code})
 			return
@@ -159,6 +160,26 @@ func (a *Agent) handle(req Request, flush func()) {
 			delete(a.cancels, req.Target)
 		}
 		a.mu.Unlock()
+	case OpDisplay, OpScreenshot:
+		var ev Event
+		var err error
+		if req.Op == OpDisplay && req.Display != nil {
+			ev.Display, err = a.startDisplay(req.Display.Screen)
+		} else if req.Op == OpScreenshot && req.Screenshot != nil {
+			ev.Data, err = a.screenshot(req.Screenshot)
+		} else {
+			err = fmt.Errorf("%s without body", req.Op)
+		}
+		var re *requestError
+		switch {
+		case errors.As(err, &re):
+			reply(Event{Type: EvError, Error: re.msg, Code: re.code})
+		case err != nil:
+			reply(Event{Type: EvError, Error: err.Error()})
+		default:
+			ev.Type = EvDone
+			reply(ev)
+		}
 	case OpProcesses:
 		reply(Event{Type: EvDone, Count: a.userProcesses()})
 	case OpScrub:

@@ -14,26 +14,26 @@ import (
 	"syscall"
 )
 
-// fileError is a file operation's failure, with the class the host maps to
-// an HTTP status.
-type fileError struct {
+// requestError is a failure the request caused (a bad path, a full disk, a
+// region off the screen), with the class the host maps to an HTTP status.
+type requestError struct {
 	code string // ErrCodeInvalid, ErrCodeNotFound or ErrCodeTooLarge
 	msg  string
 }
 
-func (e *fileError) Error() string { return e.msg }
+func (e *requestError) Error() string { return e.msg }
 
 // relPath turns a path given by the user (relative to /workspace, or
 // absolute inside it) into one relative to /workspace, refusing the rest.
 // Symlinks are judged later, by os.Root, as each component is opened.
 func relPath(p string) (string, error) {
 	if p == "" || strings.ContainsRune(p, 0) {
-		return "", &fileError{ErrCodeInvalid, "path is empty or holds a NUL byte"}
+		return "", &requestError{ErrCodeInvalid, "path is empty or holds a NUL byte"}
 	}
 	if path.IsAbs(p) {
 		clean := path.Clean(p)
 		if clean != workspace && !strings.HasPrefix(clean, workspace+"/") {
-			return "", &fileError{ErrCodeInvalid, fmt.Sprintf("path %q is outside /workspace", p)}
+			return "", &requestError{ErrCodeInvalid, fmt.Sprintf("path %q is outside /workspace", p)}
 		}
 		p = strings.TrimPrefix(strings.TrimPrefix(clean, workspace), "/")
 	}
@@ -42,7 +42,7 @@ func relPath(p string) (string, error) {
 		clean = "."
 	}
 	if p != "" && clean != path.Clean(p) {
-		return "", &fileError{ErrCodeInvalid, fmt.Sprintf("path %q leaves /workspace", p)}
+		return "", &requestError{ErrCodeInvalid, fmt.Sprintf("path %q leaves /workspace", p)}
 	}
 	return clean, nil
 }
@@ -54,7 +54,7 @@ func relPath(p string) (string, error) {
 // sandbox's own code, which has the agent's uid and so gains nothing by it.
 func staysInside(rel string) error {
 	inside := func(p string) bool { return p == "/" || p == workspace || strings.HasPrefix(p, workspace+"/") }
-	escape := &fileError{ErrCodeInvalid, fmt.Sprintf("%s: the path leaves /workspace through a symlink or ..", path.Join(workspace, rel))}
+	escape := &requestError{ErrCodeInvalid, fmt.Sprintf("%s: the path leaves /workspace through a symlink or ..", path.Join(workspace, rel))}
 	cur, parts, hops := workspace, strings.Split(rel, "/"), 0
 	for len(parts) > 0 {
 		name := parts[0]
@@ -72,7 +72,7 @@ func staysInside(rel string) error {
 				cur = next // does not exist (yet): nothing below it can lead out
 			case fi.Mode()&fs.ModeSymlink != 0:
 				if hops++; hops > 40 {
-					return &fileError{ErrCodeInvalid, fmt.Sprintf("%s: too many symlinks", path.Join(workspace, rel))}
+					return &requestError{ErrCodeInvalid, fmt.Sprintf("%s: too many symlinks", path.Join(workspace, rel))}
 				}
 				target, err := os.Readlink(next)
 				if err != nil {
@@ -96,22 +96,22 @@ func staysInside(rel string) error {
 	return nil
 }
 
-// classify turns an os error into a fileError the user can act on.
+// classify turns an os error into a requestError the user can act on.
 func classify(op, p string, err error) error {
-	var fe *fileError
+	var fe *requestError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &fe):
 		return err
 	case errors.Is(err, fs.ErrNotExist):
-		return &fileError{ErrCodeNotFound, fmt.Sprintf("%s %s: no such file or directory in /workspace", op, p)}
+		return &requestError{ErrCodeNotFound, fmt.Sprintf("%s %s: no such file or directory in /workspace", op, p)}
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.EDQUOT):
-		return &fileError{ErrCodeTooLarge, fmt.Sprintf("%s %s: /workspace is full (its size is the server's --workspace-mb)", op, p)}
+		return &requestError{ErrCodeTooLarge, fmt.Sprintf("%s %s: /workspace is full (its size is the server's --workspace-mb)", op, p)}
 	case strings.Contains(err.Error(), "escapes from parent"), strings.Contains(err.Error(), "path escapes"):
-		return &fileError{ErrCodeInvalid, fmt.Sprintf("%s %s: the path leaves /workspace through a symlink or ..", op, p)}
+		return &requestError{ErrCodeInvalid, fmt.Sprintf("%s %s: the path leaves /workspace through a symlink or ..", op, p)}
 	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, fs.ErrExist):
-		return &fileError{ErrCodeInvalid, fmt.Sprintf("%s %s: %v", op, p, errors.Unwrap(err))}
+		return &requestError{ErrCodeInvalid, fmt.Sprintf("%s %s: %v", op, p, errors.Unwrap(err))}
 	}
 	return fmt.Errorf("%s %s: %w", op, p, err)
 }
@@ -140,7 +140,7 @@ func (a *Agent) files(req *FileRequest, emit func([]byte)) (*FileResult, error) 
 		res.Size = int64(len(req.Data))
 	case "delete":
 		if rel == "." {
-			return nil, &fileError{ErrCodeInvalid, "refusing to delete /workspace itself; delete what is in it"}
+			return nil, &requestError{ErrCodeInvalid, "refusing to delete /workspace itself; delete what is in it"}
 		}
 		if _, err = root.Lstat(rel); err == nil {
 			err = root.RemoveAll(rel)
@@ -152,7 +152,7 @@ func (a *Agent) files(req *FileRequest, emit func([]byte)) (*FileResult, error) 
 	case "tar_write":
 		res.Size, err = tarWrite(root, rel, req.Data)
 	default:
-		return nil, &fileError{ErrCodeInvalid, fmt.Sprintf("unknown file action %q", req.Action)}
+		return nil, &requestError{ErrCodeInvalid, fmt.Sprintf("unknown file action %q", req.Action)}
 	}
 	if err != nil {
 		return nil, classify(req.Action, res.Path, err)
@@ -173,7 +173,7 @@ func readFile(root *os.Root, rel string, res *FileResult, emit func([]byte)) err
 		return err
 	}
 	if st.IsDir() {
-		return &fileError{ErrCodeInvalid, fmt.Sprintf("%s is a directory; list it, or fetch it as a tar", path.Join(workspace, rel))}
+		return &requestError{ErrCodeInvalid, fmt.Sprintf("%s is a directory; list it, or fetch it as a tar", path.Join(workspace, rel))}
 	}
 	buf := make([]byte, chunk)
 	for {
@@ -193,7 +193,7 @@ func readFile(root *os.Root, rel string, res *FileResult, emit func([]byte)) err
 
 func writeFile(root *os.Root, rel string, data []byte) error {
 	if rel == "." {
-		return &fileError{ErrCodeInvalid, "path names /workspace itself; name a file in it"}
+		return &requestError{ErrCodeInvalid, "path names /workspace itself; name a file in it"}
 	}
 	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return err
@@ -372,13 +372,13 @@ func checkTar(data []byte) error {
 			return nil
 		}
 		if err != nil {
-			return &fileError{ErrCodeInvalid, fmt.Sprintf("the body is not a valid tar stream: %v", err)}
+			return &requestError{ErrCodeInvalid, fmt.Sprintf("the body is not a valid tar stream: %v", err)}
 		}
 		if name, err := relPath(hdr.Name); err != nil || name == "." && hdr.Typeflag != tar.TypeDir {
-			return &fileError{ErrCodeInvalid, fmt.Sprintf("tar entry %q leaves the target directory", hdr.Name)}
+			return &requestError{ErrCodeInvalid, fmt.Sprintf("tar entry %q leaves the target directory", hdr.Name)}
 		}
 		if hdr.Typeflag != tar.TypeDir && hdr.Typeflag != tar.TypeReg {
-			return &fileError{ErrCodeInvalid, fmt.Sprintf("tar entry %q is a %s; only files and directories are accepted", hdr.Name, tarKind(hdr.Typeflag))}
+			return &requestError{ErrCodeInvalid, fmt.Sprintf("tar entry %q is a %s; only files and directories are accepted", hdr.Name, tarKind(hdr.Typeflag))}
 		}
 	}
 }

@@ -540,6 +540,11 @@ func (a *Agent) userProcesses() int {
 		skip[pid] = true
 	}
 	a.kmu.Unlock()
+	a.mu.Lock()
+	if a.display != nil {
+		skip[a.display.pid] = true
+	}
+	a.mu.Unlock()
 	n := 0
 	for _, pid := range livePids() {
 		if !skip[pid] && !zombie(pid) {

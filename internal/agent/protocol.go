@@ -9,7 +9,30 @@ type Request struct {
 	Exec *ExecRequest `json:"exec,omitempty"`
 	File *FileRequest `json:"file,omitempty"`
 	// Target is the request a "cancel" stops: its client has gone.
-	Target uint64 `json:"target,omitempty"`
+	Target     uint64             `json:"target,omitempty"`
+	Display    *DisplayRequest    `json:"display,omitempty"`
+	Screenshot *ScreenshotRequest `json:"screenshot,omitempty"`
+}
+
+// DisplayRequest starts the sandbox's X server; later processes get DISPLAY.
+type DisplayRequest struct {
+	Screen string `json:"screen"` // WIDTHxHEIGHTxDEPTH
+}
+
+// DisplayInfo describes a running X server.
+type DisplayInfo struct {
+	Display string  `json:"display"` // the DISPLAY value
+	Width   int     `json:"width"`
+	Height  int     `json:"height"`
+	Depth   int     `json:"depth"`
+	StartMs float64 `json:"start_ms"` // how long the start took; 0 if it was running
+}
+
+// ScreenshotRequest asks for a PNG of the screen or of a region (W and H
+// zero: the whole screen), scaled by Scale (0: not scaled).
+type ScreenshotRequest struct {
+	X, Y, W, H int
+	Scale      float64
 }
 
 // FileRequest acts on a path under /workspace; the agent refuses paths that
@@ -118,7 +141,8 @@ type Event struct {
 	Error  string      `json:"error,omitempty"`
 	Code   string      `json:"code,omitempty"`  // an ErrCode*, with Error
 	Count  int         `json:"count,omitempty"` // answer to "processes"
-	File   *FileResult `json:"file,omitempty"`
+	File    *FileResult  `json:"file,omitempty"`
+	Display *DisplayInfo `json:"display,omitempty"`
 }
 
 // Event types and ops, named once.
@@ -134,6 +158,10 @@ const (
 	// kernel cell is interrupted first, so the session keeps its state.
 	// Answered by nothing; the exec itself still answers.
 	OpCancel = "cancel"
+	// OpDisplay starts the X server (answered by "done" with Display);
+	// OpScreenshot answers "done" with a PNG in Data.
+	OpDisplay    = "display"
+	OpScreenshot = "screenshot"
 
 	EvReady  = "ready"
 	EvOutput = "output"

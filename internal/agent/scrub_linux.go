@@ -24,6 +24,13 @@ func (a *Agent) scrub() error {
 		return errors.New("python zygote died")
 	}
 	keep := map[int]bool{os.Getpid(): true}
+	spare := "" // nothing in the scrubbed directories outlives the scrub, but the X socket
+	a.mu.Lock()
+	if a.display != nil {
+		keep[a.display.pid] = true // the screen outlives episodes; their windows do not
+		spare = xSocketDir
+	}
+	a.mu.Unlock()
 	if a.zygote != nil {
 		for _, pid := range a.zygote.keep() {
 			keep[pid] = true
@@ -69,7 +76,7 @@ waiting:
 	a.kernels.forget()
 	a.kmu.Unlock()
 	for _, dir := range scrubbedDirs {
-		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := emptyDir(dir, spare); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err // (gVisor before 2023 mounts no /dev/mqueue)
 		}
 	}
@@ -101,15 +108,19 @@ func livePids() []int {
 	return pids
 }
 
-// emptyDir removes everything below dir, restoring permissions a run may
-// have taken away (a directory with mode 000 cannot be emptied otherwise).
-func emptyDir(dir string) error {
+// emptyDir removes everything below dir but spare, restoring permissions a
+// run may have taken away (a directory with mode 000 cannot be emptied
+// otherwise).
+func emptyDir(dir, spare string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("scrub %s: %w", dir, err)
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
+		if p == spare && spare != "" {
+			continue
+		}
 		if err := os.RemoveAll(p); err != nil {
 			filepath.Walk(p, func(q string, fi os.FileInfo, err error) error {
 				if err == nil && fi.IsDir() {

@@ -191,7 +191,7 @@ def _kernel(sock):
             buf = io.BytesIO()
             obj.savefig(buf, format="png", bbox_inches="tight")
             png = buf.getvalue()
-            if "matplotlib.pyplot" in sys.modules:
+            if inline():
                 sys.modules["matplotlib.pyplot"].close(obj)  # shown once, not again at the cell's end
         elif hasattr(obj, "_repr_png_"):
             png = obj._repr_png_()
@@ -201,6 +201,12 @@ def _kernel(sock):
         if html:
             return {"mime": "text/html", "data": html, "text": repr(obj)}
         return {"mime": "text/plain", "data": repr(obj)}
+
+    def inline():
+        # Figures are the cell's outputs under Agg, as in a notebook; with an
+        # interactive backend on the sandbox's display they are windows, left open.
+        plt = sys.modules.get("matplotlib.pyplot")
+        return plt is not None and plt.get_backend().lower() == "agg"
 
     def display(*objs):
         for obj in objs:
@@ -232,7 +238,7 @@ def _kernel(sock):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             result = _cell(req["code"], f"<cell-{n}>", ns, display, ast, linecache, traceback)
-            if "matplotlib.pyplot" in sys.modules:
+            if inline():
                 plt = sys.modules["matplotlib.pyplot"]
                 for num in plt.get_fignums():
                     outputs.append(mime(plt.figure(num)))

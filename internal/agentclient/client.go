@@ -191,6 +191,21 @@ func (c *Client) File(ctx context.Context, req *agent.FileRequest, onData func([
 	return ev.File, nil
 }
 
+// StartDisplay starts the sandbox's X server (once).
+func (c *Client) StartDisplay(ctx context.Context, screen string) (*agent.DisplayInfo, error) {
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpDisplay, Display: &agent.DisplayRequest{Screen: screen}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ev.Display, nil
+}
+
+// Screenshot returns a PNG of the sandbox's screen.
+func (c *Client) Screenshot(ctx context.Context, req *agent.ScreenshotRequest) ([]byte, error) {
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpScreenshot, Screenshot: req}, nil)
+	return ev.Data, err
+}
+
 // Processes counts what the code started and is still running.
 func (c *Client) Processes(ctx context.Context) (int, error) {
 	ev, err := c.call(ctx, agent.Request{Op: agent.OpProcesses}, nil)

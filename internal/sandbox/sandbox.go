@@ -205,6 +205,16 @@ func (sb *Sandbox) File(ctx context.Context, req *agent.FileRequest, onData func
 	return res, err
 }
 
+// StartDisplay starts the sandbox's X server; later processes get DISPLAY.
+func (sb *Sandbox) StartDisplay(ctx context.Context, screen string) (*agent.DisplayInfo, error) {
+	return sb.client.StartDisplay(ctx, screen)
+}
+
+// Screenshot is a PNG of the sandbox's screen, or of a region of it.
+func (sb *Sandbox) Screenshot(ctx context.Context, req *agent.ScreenshotRequest) ([]byte, error) {
+	return sb.client.Screenshot(ctx, req)
+}
+
 // Processes counts what the sandbox's code started that still runs.
 func (sb *Sandbox) Processes(ctx context.Context) (int, error) { return sb.client.Processes(ctx) }
 

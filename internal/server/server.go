@@ -78,6 +78,7 @@ func (s *Server) Routes() []Route {
 		{"POST", "/v1/sandboxes/{id}/exec", s.handleSandboxExec},
 		{"POST", "/v1/sandboxes/{id}/exec/stream", s.handleSandboxExecStream},
 		{"POST", "/v1/sandboxes/{id}/reset", s.handleResetSandbox},
+		{"GET", "/v1/sandboxes/{id}/screenshot", s.handleScreenshot},
 		{"GET", "/v1/sandboxes/{id}/files", s.handleGetFile},
 		{"PUT", "/v1/sandboxes/{id}/files", s.handlePutFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", s.handleDeleteFile},

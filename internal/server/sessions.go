@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ type CreateSandboxRequest struct {
 	MaxLifetimeS float64           `json:"max_lifetime_s"`
 	Env          map[string]string `json:"env"`
 	Display      bool              `json:"display"`
+	Screen       string            `json:"screen"`
 	MaxEpisodes  int               `json:"max_episodes"`
 }
 
@@ -60,17 +62,13 @@ func (s *Server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if req.Display {
-		writeError(w, invalid("display: true is not available on this server yet; create the sandbox without it"))
-		return
-	}
 	if err := checkEnv(req.Env); err != nil {
 		writeError(w, err)
 		return
 	}
 	info, err := s.sessions.Create(r.Context(), session.Options{Runtime: req.Runtime, MemoryMB: req.MemoryMB,
 		CPUs: req.CPUs, PIDs: req.PIDs, IdleTimeout: seconds(req.IdleTimeoutS), MaxLifetime: seconds(req.MaxLifetimeS),
-		MaxEpisodes: req.MaxEpisodes, Env: req.Env})
+		MaxEpisodes: req.MaxEpisodes, Env: req.Env, Display: req.Display, Screen: req.Screen})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -298,4 +296,44 @@ func (s *Server) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleScreenshot answers a PNG of the sandbox's screen: ?x=&y=&w=&h= for a
+// region, ?scale= (0 < scale <= 1) to shrink it.
+func (s *Server) handleScreenshot(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var req agent.ScreenshotRequest
+	for _, f := range []struct {
+		name string
+		p    *int
+	}{{"x", &req.X}, {"y", &req.Y}, {"w", &req.W}, {"h", &req.H}} {
+		if v := q.Get(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				writeError(w, invalid("%s=%q is not a whole number of pixels", f.name, v))
+				return
+			}
+			*f.p = n
+		}
+	}
+	if (req.W == 0) != (req.H == 0) {
+		writeError(w, invalid("give both w and h for a region, or neither for the whole screen"))
+		return
+	}
+	if v := q.Get("scale"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f > 1 {
+			writeError(w, invalid("scale=%q: must be a number more than 0 and at most 1", v))
+			return
+		}
+		req.Scale = f
+	}
+	img, err := s.sessions.Screenshot(r.Context(), r.PathValue("id"), &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(img)
 }

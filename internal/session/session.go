@@ -29,6 +29,8 @@ type Options struct {
 	MaxLifetime time.Duration
 	MaxEpisodes int // resets before the sandbox is replaced by a fresh one; 0: never
 	Env         map[string]string
+	Display     bool   // an X server in the sandbox
+	Screen      string // its WIDTHxHEIGHTxDEPTH
 }
 
 // Info is a session as the API shows it.
@@ -50,6 +52,7 @@ type Info struct {
 	MaxLifetimeS float64           `json:"max_lifetime_s"`
 	MaxEpisodes  int               `json:"max_episodes"`
 	Env          map[string]string `json:"env,omitempty"`
+	Display      *agent.DisplayInfo `json:"display"` // null without one
 }
 
 // Session is one stateful sandbox.
@@ -62,6 +65,7 @@ type Session struct {
 	sb         *sandbox.Sandbox
 	lastActive time.Time
 	running    int // execs, file transfers and holding connections
+	display    *agent.DisplayInfo
 	episodeID  string
 	steps      int
 	episodes   int
@@ -80,7 +84,7 @@ func (s *Session) info() Info {
 		EpisodeID: s.episodeID, StepCount: s.steps, Episodes: s.episodes, LastExitCode: s.lastExit,
 		MemoryMB: s.opts.MemoryMB, CPUs: s.opts.CPUs, PIDs: s.opts.PIDs,
 		IdleTimeoutS: s.opts.IdleTimeout.Seconds(), MaxLifetimeS: s.opts.MaxLifetime.Seconds(),
-		MaxEpisodes: s.opts.MaxEpisodes, Env: s.opts.Env}
+		MaxEpisodes: s.opts.MaxEpisodes, Env: s.opts.Env, Display: s.display}
 }
 
 // busy marks activity that keeps the session from idling out until done.
@@ -173,6 +177,12 @@ func (m *Manager) withDefaults(opts Options) (Options, error) {
 	case opts.MaxLifetime < 0 || opts.MaxLifetime > l.MaxLifetime:
 		return opts, invalid("max_lifetime_s %g: must be between 0 and the server's maximum of %g", opts.MaxLifetime.Seconds(), l.MaxLifetime.Seconds())
 	}
+	if opts.Display && opts.Screen == "" {
+		opts.Screen = "1280x800x24"
+	}
+	if !opts.Display && opts.Screen != "" {
+		return opts, invalid("screen %q needs \"display\": true", opts.Screen)
+	}
 	if opts.MaxEpisodes < 0 {
 		return opts, invalid("max_episodes %d: must be 0 (no limit) or more", opts.MaxEpisodes)
 	}
@@ -191,12 +201,12 @@ func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
 	if full {
 		return Info{}, fmt.Errorf("the server holds its maximum of %d sessions; delete one or wait for one to idle out: %w", m.limits.MaxSessions, errdefs.ErrExhausted)
 	}
-	sb, err := m.claim(ctx, opts)
+	sb, disp, err := m.claim(ctx, opts)
 	if err != nil {
 		return Info{}, err
 	}
 	now := time.Now()
-	s := &Session{id: newID("sb-"), opts: opts, created: now, sb: sb, lastActive: now, episodeID: newID("ep-")}
+	s := &Session{id: newID("sb-"), opts: opts, created: now, sb: sb, lastActive: now, episodeID: newID("ep-"), display: disp}
 	m.mu.Lock()
 	m.sessions[s.id] = s
 	m.mu.Unlock()
@@ -204,20 +214,28 @@ func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
 	return s.info(), nil
 }
 
-// claim takes a sandbox from the pool and gives it the session's limits.
-func (m *Manager) claim(ctx context.Context, opts Options) (*sandbox.Sandbox, error) {
+// claim takes a sandbox from the pool and gives it the session's limits and
+// display.
+func (m *Manager) claim(ctx context.Context, opts Options) (*sandbox.Sandbox, *agent.DisplayInfo, error) {
 	sb, err := m.sandboxes.Claim(ctx, opts.Runtime)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d := m.limits.Defaults
 	if opts.MemoryMB != d.MemoryMB || opts.CPUs != d.CPUs || opts.PIDs != d.PIDs {
 		if err := sb.SetLimits(opts.MemoryMB<<20, opts.CPUs, opts.PIDs); err != nil {
 			sb.Destroy(context.WithoutCancel(ctx))
-			return nil, invalid("cannot apply the session's limits (%v); memory_mb must leave room for the Python zygote, about 100 MiB", err)
+			return nil, nil, invalid("cannot apply the session's limits (%v); memory_mb must leave room for the Python zygote, about 100 MiB", err)
 		}
 	}
-	return sb, nil
+	var disp *agent.DisplayInfo
+	if opts.Display {
+		if disp, err = sb.StartDisplay(ctx, opts.Screen); err != nil {
+			sb.Destroy(context.WithoutCancel(ctx))
+			return nil, nil, fmt.Errorf("start the display: %w", err)
+		}
+	}
+	return sb, disp, nil
 }
 
 func (m *Manager) get(id string) (*Session, error) {
@@ -313,6 +331,18 @@ func (m *Manager) File(ctx context.Context, id string, req *agent.FileRequest, o
 	return sb.File(ctx, req, onData)
 }
 
+// Screenshot is a PNG of the session's screen.
+func (m *Manager) Screenshot(ctx context.Context, id string, req *agent.ScreenshotRequest) ([]byte, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	sb := s.sb
+	s.mu.Unlock()
+	return sb.Screenshot(ctx, req)
+}
+
 // Reset starts a new episode: new kernels, empty /workspace, a new episode
 // id (episodeID, or a fresh one if empty). After max_episodes resets the
 // sandbox itself is replaced.
@@ -326,13 +356,13 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string) (Info, error)
 	sb, episodes := s.sb, s.episodes+1
 	s.mu.Unlock()
 	if s.opts.MaxEpisodes > 0 && episodes%s.opts.MaxEpisodes == 0 {
-		fresh, err := m.claim(ctx, s.opts)
+		fresh, disp, err := m.claim(ctx, s.opts)
 		if err != nil {
 			done()
 			return Info{}, err
 		}
 		s.mu.Lock()
-		s.sb = fresh
+		s.sb, s.display = fresh, disp
 		s.mu.Unlock()
 		go sb.Destroy(context.Background())
 		m.log.Debug("session recycled", "session", id, "old", sb.ID, "new", fresh.ID)

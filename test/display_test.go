@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"bytes"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codecell/codecell/internal/testutil"
+)
+
+type displayInfo struct {
+	Display              string
+	Width, Height, Depth int
+	StartMs              float64 `json:"start_ms"`
+}
+
+func (s *server) screenshot(t *testing.T, id, query string) image.Image {
+	t.Helper()
+	resp, err := http.Get(s.URL + "/v1/sandboxes/" + id + "/screenshot" + query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/png" {
+		t.Fatalf("screenshot%s: %d %s", query, resp.StatusCode, b)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	return img
+}
+
+func rgb(img image.Image, x, y int) color.RGBA {
+	r, g, b, _ := img.At(x, y).RGBA()
+	return color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 0xff}
+}
+
+var (
+	black = color.RGBA{0, 0, 0, 0xff}
+	green = color.RGBA{0, 0xff, 0, 0xff}
+)
+
+// a window with a green background at 50,60, 200x100.
+const greenWindow = "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('200x100+50+60')\nroot.configure(bg='#00ff00')\nroot.update()"
+
+func TestDisplayScreenshots(t *testing.T) {
+	s := shared(t)
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			var info struct {
+				ID      string
+				Display *displayInfo
+			}
+			resp := s.post(t, "/v1/sandboxes", map[string]any{"runtime": rt, "display": true, "screen": "640x480x24"}, &info)
+			if resp.StatusCode != 201 || info.Display == nil || info.Display.Display != ":0" || info.Display.Width != 640 || info.Display.Height != 480 || info.Display.StartMs <= 0 {
+				t.Fatalf("create: %d %+v", resp.StatusCode, info)
+			}
+			t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+info.ID, nil) })
+			if st := s.step(t, info.ID, "python", "import os\nos.environ['DISPLAY']", 0); value(st) != "':0'" {
+				t.Fatalf("DISPLAY in the kernel: %+v", st)
+			}
+			if st := s.step(t, info.ID, "python", greenWindow, 0); st.Status != "ok" {
+				t.Fatalf("tkinter: %+v", st)
+			}
+			var img image.Image
+			// The window manager-less X server maps the window at once, but
+			// drawing reaches the server asynchronously: give it a moment.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				img = s.screenshot(t, info.ID, "")
+				if rgb(img, 150, 110) == green || time.Now().After(deadline) {
+					break
+				}
+			}
+			if b := img.Bounds(); b.Dx() != 640 || b.Dy() != 480 {
+				t.Fatalf("screenshot is %v", b)
+			}
+			for _, p := range []struct {
+				x, y int
+				want color.RGBA
+			}{{51, 61, green}, {150, 110, green}, {248, 158, green}, {49, 110, black}, {251, 110, black}, {150, 59, black}, {150, 161, black}, {600, 400, black}} {
+				if got := rgb(img, p.x, p.y); got != p.want {
+					t.Errorf("pixel %d,%d is %v, want %v", p.x, p.y, got, p.want)
+				}
+			}
+			region := s.screenshot(t, info.ID, "?x=40&y=50&w=220&h=120")
+			if b := region.Bounds(); b.Dx() != 220 || b.Dy() != 120 || rgb(region, 5, 5) != black || rgb(region, 15, 15) != green {
+				t.Errorf("region: %v, corner %v, inside %v", b, rgb(region, 5, 5), rgb(region, 15, 15))
+			}
+			half := s.screenshot(t, info.ID, "?scale=0.5")
+			if b := half.Bounds(); b.Dx() != 320 || b.Dy() != 240 || rgb(half, 75, 55) != green {
+				t.Errorf("scaled: %v, %v", b, rgb(half, 75, 55))
+			}
+			for _, q := range []string{"?x=600&y=0&w=100&h=10", "?w=10", "?scale=2", "?x=abc"} {
+				var e apiError
+				if code := s.do(t, "GET", "/v1/sandboxes/"+info.ID+"/screenshot"+q, &e); code != 400 || e.Error.Code != "invalid_request" {
+					t.Errorf("screenshot%s: %d %+v", q, code, e)
+				}
+			}
+			// A reset ends the episode's windows but keeps the screen.
+			s.post(t, "/v1/sandboxes/"+info.ID+"/reset", nil, nil)
+			waitFor(t, "the window to go with the reset", func() bool { return rgb(s.screenshot(t, info.ID, ""), 150, 110) == black })
+		})
+	}
+}
+
+func TestDisplayMatplotlibWindow(t *testing.T) {
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "800x600x24"}, &info)
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+info.ID, nil) })
+	st := s.step(t, info.ID, "python", "import matplotlib\nmatplotlib.use('TkAgg')\nimport matplotlib.pyplot as plt\nplt.plot([0, 1], [0, 1], color='red', linewidth=6)\nplt.show(block=False)\nplt.pause(0.5)", 0)
+	if st.Status != "ok" || len(st.Outputs) != 0 {
+		t.Fatalf("plot: %+v", st)
+	}
+	red := 0
+	waitFor(t, "red pixels of the plot", func() bool {
+		img := s.screenshot(t, info.ID, "")
+		red = 0
+		for y := 0; y < 600; y++ {
+			for x := 0; x < 800; x++ {
+				if c := rgb(img, x, y); c.R > 200 && c.G < 60 && c.B < 60 {
+					red++
+				}
+			}
+		}
+		return red > 500
+	})
+}
+
+// Two sandboxes with displays each see only their own screen.
+func TestDisplaysAreIsolated(t *testing.T) {
+	testutil.RequiresRoot(t)
+	s := shared(t)
+	var a, b struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &a)
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+a.ID, nil) })
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &b)
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+b.ID, nil) })
+	s.step(t, a.ID, "python", greenWindow, 0)
+	waitFor(t, "the window in sandbox A", func() bool { return rgb(s.screenshot(t, a.ID, ""), 150, 110) == green })
+	if c := rgb(s.screenshot(t, b.ID, ""), 150, 110); c != black {
+		t.Fatalf("sandbox B's screen shows %v where A's window is", c)
+	}
+	// B cannot reach A's X server: its only display is its own, and X
+	// clients in B get B's screen.
+	st := s.step(t, b.ID, "python", "import os, tkinter as tk\nr = tk.Tk()\nprint(sorted(os.listdir('/tmp/.X11-unix')), r.winfo_screenwidth())\nprint(len([w for w in r.tk.call('winfo', 'children', '.')]))", 0)
+	if st.Stdout != "['X0'] 640\n0\n" {
+		t.Fatalf("sandbox B: %+v", st)
+	}
+	var e apiError
+	id := s.createSandbox(t, nil).ID
+	if code := s.do(t, "GET", "/v1/sandboxes/"+id+"/screenshot", &e); code != 400 || !strings.Contains(e.Error.Message, "no display") {
+		t.Fatalf("screenshot without a display: %d %+v", code, e)
+	}
+}
