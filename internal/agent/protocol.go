@@ -132,15 +132,15 @@ type Ready struct {
 
 // Event is one agent → host message.
 type Event struct {
-	ID     uint64      `json:"id"`
-	Type   string      `json:"type"`
-	Stream string      `json:"stream,omitempty"`
-	Data   []byte      `json:"data,omitempty"`
-	Result *ExecResult `json:"result,omitempty"`
-	Ready  *Ready      `json:"ready,omitempty"`
-	Error  string      `json:"error,omitempty"`
-	Code   string      `json:"code,omitempty"`  // an ErrCode*, with Error
-	Count  int         `json:"count,omitempty"` // answer to "processes"
+	ID      uint64       `json:"id"`
+	Type    string       `json:"type"`
+	Stream  string       `json:"stream,omitempty"`
+	Data    []byte       `json:"data,omitempty"`
+	Result  *ExecResult  `json:"result,omitempty"`
+	Ready   *Ready       `json:"ready,omitempty"`
+	Error   string       `json:"error,omitempty"`
+	Code    string       `json:"code,omitempty"`  // an ErrCode*, with Error
+	Count   int          `json:"count,omitempty"` // answer to "processes"
 	File    *FileResult  `json:"file,omitempty"`
 	Display *DisplayInfo `json:"display,omitempty"`
 }

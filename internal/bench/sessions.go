@@ -25,7 +25,17 @@ type SessionConfig struct {
 	Out     io.Writer
 }
 
+// call sends a request and decodes a JSON answer into out (if not nil).
 func (c SessionConfig) call(ctx context.Context, method, path string, body any, out any) error {
+	b, err := c.raw(ctx, method, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// raw sends a request and returns the answer's body.
+func (c SessionConfig) raw(ctx context.Context, method, path string, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -34,17 +44,14 @@ func (c SessionConfig) call(ctx context.Context, method, path string, body any, 
 	req, _ := http.NewRequestWithContext(ctx, method, c.URL+path, rd)
 	resp, err := c.Client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
 	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return b, nil
 }
 
 // waitWarm waits until the runtime's pool has a warm sandbox, so a create
@@ -251,4 +258,58 @@ func IdleMemory(ctx context.Context, c SessionConfig, n int, inUse func() (int64
 		return 0, err
 	}
 	return float64(after-before) / float64(n) / (1 << 20), nil
+}
+
+// RunDisplay measures starting a sandbox's X server (reported by the agent
+// when a session with a display is created) and screenshots of a 1280x800
+// screen with a window on it, beside a 64x64 region: the fixed cost of the
+// round trip, without the pixels.
+func RunDisplay(ctx context.Context, c SessionConfig) error {
+	label := "codecell/" + c.Runtime
+	nSlow := max(c.N/10, 10)
+	var starts []time.Duration
+	var id string
+	for i := range nSlow {
+		if err := c.waitWarm(ctx); err != nil {
+			return err
+		}
+		var info struct {
+			ID      string
+			Display struct {
+				StartMs float64 `json:"start_ms"`
+			}
+		}
+		if err := c.call(ctx, "POST", "/v1/sandboxes", map[string]any{"runtime": c.Runtime, "display": true, "screen": "1280x800x24"}, &info); err != nil {
+			return err
+		}
+		starts = append(starts, time.Duration(info.Display.StartMs*float64(time.Millisecond)))
+		if i == nSlow-1 {
+			id = info.ID
+		} else {
+			c.call(ctx, "DELETE", "/v1/sandboxes/"+info.ID, nil, nil)
+		}
+	}
+	defer c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
+	start := timed(len(starts), func() (time.Duration, error) { d := starts[0]; starts = starts[1:]; return d, nil })
+	fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms\n", "display start (Xvfb 1280x800x24)", label, ms(start.P50), ms(start.P99))
+	code := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('600x400+100+100')\ntk.Label(root, text='codecell', font=('TkDefaultFont', 40)).pack()\nroot.update()"
+	if err := c.call(ctx, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"code": code}, nil); err != nil {
+		return err
+	}
+	shot := func(query string) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			return clock(func() error {
+				b, err := c.raw(ctx, "GET", "/v1/sandboxes/"+id+"/screenshot"+query, nil)
+				if err == nil && !bytes.HasPrefix(b, []byte("\x89PNG")) {
+					err = fmt.Errorf("screenshot is not a PNG")
+				}
+				return err
+			})
+		}
+	}
+	base := timed(c.N, shot("?x=0&y=0&w=64&h=64"))
+	fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms\n", "screenshot", "64x64 region", ms(base.P50), ms(base.P99))
+	full := timed(c.N, shot(""))
+	fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms\n", "screenshot", label+" 1280x800", ms(full.P50), ms(full.P99))
+	return nil
 }

@@ -67,8 +67,11 @@ func Bench(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	for _, rt := range rts {
-		if err := bench.RunSessions(ctx, bench.SessionConfig{URL: url, Runtime: rt, Client: client, Python: python,
-			Preload: cfg.Preload, N: n, Out: env.Stdout}); err != nil {
+		sc := bench.SessionConfig{URL: url, Runtime: rt, Client: client, Python: python, Preload: cfg.Preload, N: n, Out: env.Stdout}
+		if err := bench.RunSessions(ctx, sc); err != nil {
+			return err
+		}
+		if err := bench.RunDisplay(ctx, sc); err != nil {
 			return err
 		}
 	}

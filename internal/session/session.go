@@ -35,23 +35,23 @@ type Options struct {
 
 // Info is a session as the API shows it.
 type Info struct {
-	ID           string            `json:"id"`
-	Status       string            `json:"status"` // "idle" or "running"
-	Runtime      string            `json:"runtime"`
-	CreatedAt    time.Time         `json:"created_at"`
-	LastActiveAt time.Time         `json:"last_active_at"`
-	ExpiresAt    time.Time         `json:"expires_at"` // max_lifetime_s after creation
-	EpisodeID    string            `json:"episode_id"`
-	StepCount    int               `json:"step_count"`
-	Episodes     int               `json:"episodes"` // resets so far
-	LastExitCode int               `json:"last_exit_code"`
-	MemoryMB     int64             `json:"memory_mb"`
-	CPUs         float64           `json:"cpus"`
-	PIDs         int64             `json:"pids"`
-	IdleTimeoutS float64           `json:"idle_timeout_s"`
-	MaxLifetimeS float64           `json:"max_lifetime_s"`
-	MaxEpisodes  int               `json:"max_episodes"`
-	Env          map[string]string `json:"env,omitempty"`
+	ID           string             `json:"id"`
+	Status       string             `json:"status"` // "idle" or "running"
+	Runtime      string             `json:"runtime"`
+	CreatedAt    time.Time          `json:"created_at"`
+	LastActiveAt time.Time          `json:"last_active_at"`
+	ExpiresAt    time.Time          `json:"expires_at"` // max_lifetime_s after creation
+	EpisodeID    string             `json:"episode_id"`
+	StepCount    int                `json:"step_count"`
+	Episodes     int                `json:"episodes"` // resets so far
+	LastExitCode int                `json:"last_exit_code"`
+	MemoryMB     int64              `json:"memory_mb"`
+	CPUs         float64            `json:"cpus"`
+	PIDs         int64              `json:"pids"`
+	IdleTimeoutS float64            `json:"idle_timeout_s"`
+	MaxLifetimeS float64            `json:"max_lifetime_s"`
+	MaxEpisodes  int                `json:"max_episodes"`
+	Env          map[string]string  `json:"env,omitempty"`
 	Display      *agent.DisplayInfo `json:"display"` // null without one
 }
 
