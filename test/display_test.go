@@ -161,3 +161,54 @@ func TestDisplaysAreIsolated(t *testing.T) {
 		t.Fatalf("screenshot without a display: %d %+v", code, e)
 	}
 }
+
+// Mouse and keyboard through XTEST: a click on a button runs its command, and
+// typed text, Unicode included, lands in an Entry.
+func TestDisplayInput(t *testing.T) {
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
+	id := info.ID
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	app := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('300x200+0+0')\nlabel = tk.Label(root, text='before')\nlabel.place(x=10, y=10)\n" +
+		"tk.Button(root, text='Press', command=lambda: label.config(text='after')).place(x=10, y=60, width=100, height=40)\n" +
+		"entry = tk.Entry(root)\nentry.place(x=10, y=120, width=250, height=30)\nroot.update()"
+	if st := s.step(t, id, "python", app, 0); st.Status != "ok" {
+		t.Fatalf("app: %+v", st)
+	}
+	var out struct{ Screenshot []byte }
+	resp := s.post(t, "/v1/sandboxes/"+id+"/input", map[string]any{"actions": []map[string]any{
+		{"type": "move", "x": 200, "y": 300},
+		{"type": "click", "x": 60, "y": 80},
+		{"type": "click", "x": 100, "y": 135},
+		{"type": "type", "text": "Grüße ✓ abcx"},
+		{"type": "key", "keys": "backspace"},
+		{"type": "wait", "ms": 50},
+	}, "screenshot": true}, &out)
+	if resp.StatusCode != 200 {
+		t.Fatalf("input: %d", resp.StatusCode)
+	}
+	if img, err := png.Decode(bytes.NewReader(out.Screenshot)); err != nil || img.Bounds().Dx() != 640 {
+		t.Fatalf("screenshot after input: %v", err)
+	}
+	// The app sees the events once its loop runs.
+	st := s.step(t, id, "python", "import time\nfor _ in range(30):\n    root.update()\n    time.sleep(0.01)\n(label.cget('text'), entry.get())", 0)
+	if value(st) != "('after', 'Grüße ✓ abc')" {
+		t.Fatalf("after the input: %+v (value %s)", st, value(st))
+	}
+	for _, bad := range []struct {
+		action map[string]any
+		want   string
+	}{
+		{map[string]any{"type": "click", "x": 700, "y": 10}, "action 0 (click): point 700,10 is not on the 640x480 screen"},
+		{map[string]any{"type": "key", "keys": "ctrl+nope"}, `unknown key "nope"`},
+		{map[string]any{"type": "click", "x": 1, "y": 1, "button": "fourth"}, `button "fourth"`},
+		{map[string]any{"type": "jump"}, "unknown type"},
+		{map[string]any{"type": "wait", "ms": 60000}, "ms 60000"},
+	} {
+		var e apiError
+		if resp := s.post(t, "/v1/sandboxes/"+id+"/input", map[string]any{"actions": []any{bad.action}}, &e); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, bad.want) {
+			t.Errorf("%v: %d %+v, want 400 with %q", bad.action, resp.StatusCode, e, bad.want)
+		}
+	}
+}

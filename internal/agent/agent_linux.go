@@ -160,13 +160,15 @@ func (a *Agent) handle(req Request, flush func()) {
 			delete(a.cancels, req.Target)
 		}
 		a.mu.Unlock()
-	case OpDisplay, OpScreenshot:
+	case OpDisplay, OpScreenshot, OpInput:
 		var ev Event
 		var err error
 		if req.Op == OpDisplay && req.Display != nil {
 			ev.Display, err = a.startDisplay(req.Display.Screen)
 		} else if req.Op == OpScreenshot && req.Screenshot != nil {
 			ev.Data, err = a.screenshot(req.Screenshot)
+		} else if req.Op == OpInput && req.Input != nil {
+			ev.Data, err = a.input(req.Input)
 		} else {
 			err = fmt.Errorf("%s without body", req.Op)
 		}

@@ -155,16 +155,25 @@ func (a *Agent) screenshot(req *ScreenshotRequest) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// connect (re)opens the agent's own connection to the X server; under x.mu.
+func (x *display) connect() error {
+	if x.conn != nil {
+		return nil
+	}
+	c, err := xgb.NewConnDisplay(displayName)
+	if err != nil {
+		return fmt.Errorf("connect to the display: %w", err)
+	}
+	x.conn = c
+	return nil
+}
+
 // grab reads r of the root window (ZPixmap, 32 bits per pixel, BGRX).
 func (x *display) grab(r image.Rectangle) (*image.RGBA, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.conn == nil {
-		c, err := xgb.NewConnDisplay(displayName)
-		if err != nil {
-			return nil, fmt.Errorf("connect to the display: %w", err)
-		}
-		x.conn = c
+	if err := x.connect(); err != nil {
+		return nil, err
 	}
 	root := xproto.Setup(x.conn).DefaultScreen(x.conn).Root
 	reply, err := xproto.GetImage(x.conn, xproto.ImageFormatZPixmap, xproto.Drawable(root),

@@ -12,6 +12,38 @@ type Request struct {
 	Target     uint64             `json:"target,omitempty"`
 	Display    *DisplayRequest    `json:"display,omitempty"`
 	Screenshot *ScreenshotRequest `json:"screenshot,omitempty"`
+	Input      *InputRequest      `json:"input,omitempty"`
+}
+
+// InputRequest is mouse and keyboard input for the display, in order.
+type InputRequest struct {
+	Actions    []InputAction `json:"actions"`
+	Screenshot bool          `json:"screenshot,omitempty"` // answer the screen after the last action
+}
+
+// InputAction is one step of input. Type is move {x,y}, click {x,y,button,
+// count}, down/up {button}, drag {from,to,button}, scroll {x,y,dx,dy}, key
+// {keys: "ctrl+s"}, type {text} or wait {ms}. Buttons are left (default),
+// middle, right.
+type InputAction struct {
+	Type   string `json:"type"`
+	X      int    `json:"x,omitempty"`
+	Y      int    `json:"y,omitempty"`
+	Button string `json:"button,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	From   *Point `json:"from,omitempty"`
+	To     *Point `json:"to,omitempty"`
+	DX     int    `json:"dx,omitempty"`
+	DY     int    `json:"dy,omitempty"`
+	Keys   string `json:"keys,omitempty"`
+	Text   string `json:"text,omitempty"`
+	Ms     int    `json:"ms,omitempty"`
+}
+
+// Point is a position on the screen.
+type Point struct {
+	X int `json:"x"`
+	Y int `json:"y"`
 }
 
 // DisplayRequest starts the sandbox's X server; later processes get DISPLAY.
@@ -162,6 +194,7 @@ const (
 	// OpScreenshot answers "done" with a PNG in Data.
 	OpDisplay    = "display"
 	OpScreenshot = "screenshot"
+	OpInput      = "input" // answered "done", with a PNG in Data if asked
 
 	EvReady  = "ready"
 	EvOutput = "output"

@@ -206,6 +206,12 @@ func (c *Client) Screenshot(ctx context.Context, req *agent.ScreenshotRequest) (
 	return ev.Data, err
 }
 
+// Input injects mouse and keyboard input; the answer is a PNG if asked for.
+func (c *Client) Input(ctx context.Context, req *agent.InputRequest) ([]byte, error) {
+	ev, err := c.call(ctx, agent.Request{Op: agent.OpInput, Input: req}, nil)
+	return ev.Data, err
+}
+
 // Processes counts what the code started and is still running.
 func (c *Client) Processes(ctx context.Context) (int, error) {
 	ev, err := c.call(ctx, agent.Request{Op: agent.OpProcesses}, nil)

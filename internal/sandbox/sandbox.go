@@ -215,6 +215,11 @@ func (sb *Sandbox) Screenshot(ctx context.Context, req *agent.ScreenshotRequest)
 	return sb.client.Screenshot(ctx, req)
 }
 
+// Input injects mouse and keyboard input into the sandbox's display.
+func (sb *Sandbox) Input(ctx context.Context, req *agent.InputRequest) ([]byte, error) {
+	return sb.client.Input(ctx, req)
+}
+
 // Processes counts what the sandbox's code started that still runs.
 func (sb *Sandbox) Processes(ctx context.Context) (int, error) { return sb.client.Processes(ctx) }
 

@@ -337,3 +337,32 @@ func (s *Server) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write(img)
 }
+
+// handleInput injects {"actions": [...], "screenshot": bool}; the answer is
+// {"screenshot": base64 PNG or null}.
+func (s *Server) handleInput(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req agent.InputRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(req.Actions) == 0 {
+		writeError(w, invalid("actions is empty; send at least one, like {\"type\": \"click\", \"x\": 10, \"y\": 20}"))
+		return
+	}
+	png, err := s.sessions.Input(r.Context(), r.PathValue("id"), &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := map[string]any{"screenshot": nil}
+	if png != nil {
+		out["screenshot"] = png // []byte: base64 in JSON
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -331,16 +331,39 @@ func (m *Manager) File(ctx context.Context, id string, req *agent.FileRequest, o
 	return sb.File(ctx, req, onData)
 }
 
-// Screenshot is a PNG of the session's screen.
-func (m *Manager) Screenshot(ctx context.Context, id string, req *agent.ScreenshotRequest) ([]byte, error) {
+// sandbox returns a session's current sandbox.
+func (m *Manager) sandbox(id string) (*sandbox.Sandbox, error) {
 	s, err := m.get(id)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	sb := s.sb
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	return s.sb, nil
+}
+
+// Screenshot is a PNG of the session's screen.
+func (m *Manager) Screenshot(ctx context.Context, id string, req *agent.ScreenshotRequest) ([]byte, error) {
+	sb, err := m.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
 	return sb.Screenshot(ctx, req)
+}
+
+// Input injects mouse and keyboard input into the session's display.
+func (m *Manager) Input(ctx context.Context, id string, req *agent.InputRequest) ([]byte, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	done := s.busy()
+	defer done()
+	sb, err := m.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Input(ctx, req)
 }
 
 // Reset starts a new episode: new kernels, empty /workspace, a new episode
