@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"image"
 	"image/color"
 	"image/png"
@@ -210,5 +211,58 @@ func TestDisplayInput(t *testing.T) {
 		if resp := s.post(t, "/v1/sandboxes/"+id+"/input", map[string]any{"actions": []any{bad.action}}, &e); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, bad.want) {
 			t.Errorf("%v: %d %+v, want 400 with %q", bad.action, resp.StatusCode, e, bad.want)
 		}
+	}
+}
+
+// capture_screenshot returns the screen while the cell's windows are alive:
+// a mainloop() does not hang the step, and a window the code destroys is
+// captured before it goes.
+func TestDisplayCaptureScreenshot(t *testing.T) {
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
+	id := info.ID
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	capture := func(code string) (step, image.Image) {
+		t.Helper()
+		var st step
+		var raw struct{ Screenshot []byte }
+		body := map[string]any{"code": code, "capture_screenshot": true}
+		resp := s.post(t, "/v1/sandboxes/"+id+"/exec", body, nil)
+		b := readAll(resp)
+		json.Unmarshal([]byte(b), &st)
+		json.Unmarshal([]byte(b), &raw)
+		if resp.StatusCode != 200 || len(raw.Screenshot) == 0 {
+			t.Fatalf("%q: %d %s", code, resp.StatusCode, b[:min(len(b), 400)])
+		}
+		img, err := png.Decode(bytes.NewReader(raw.Screenshot))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, img
+	}
+	// The script ends in mainloop(): the step returns after the settle time.
+	start := time.Now()
+	st, img := capture(greenWindow + "\nroot.mainloop()\nprint('after mainloop')")
+	if st.Status != "ok" || st.Stdout != "after mainloop\n" || rgb(img, 150, 110) != green || rgb(img, 10, 10) != black {
+		t.Fatalf("mainloop: %+v, pixel %v", st, rgb(img, 150, 110))
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("mainloop held the step for %v", took)
+	}
+	// The window stays for later steps.
+	if st, img := capture("root.title()"); st.Status != "ok" || rgb(img, 150, 110) != green {
+		t.Fatalf("window gone after the step: %+v", st)
+	}
+	// A window destroyed at the end of the cell is captured before it goes.
+	st, img = capture("root.destroy()\nimport tkinter as tk\nr2 = tk.Tk()\nr2.geometry('100x50+300+300')\nr2.configure(bg='#0000ff')\nr2.update()\nr2.destroy()")
+	if st.Status != "ok" || rgb(img, 350, 325) != (color.RGBA{0, 0, 0xff, 0xff}) {
+		t.Fatalf("destroyed window: %+v, pixel %v", st, rgb(img, 350, 325))
+	}
+	// Without a display there is nothing to capture: null, not an error.
+	plain := s.createSandbox(t, nil).ID
+	resp := s.post(t, "/v1/sandboxes/"+plain+"/exec", map[string]any{"code": "1", "capture_screenshot": true}, nil)
+	if b := readAll(resp); resp.StatusCode != 200 || !strings.Contains(b, `"screenshot":null`) {
+		t.Fatalf("no display: %s", b)
 	}
 }

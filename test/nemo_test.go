@@ -121,7 +121,7 @@ func TestNemoFilesPersistBetweenRequests(t *testing.T) {
 	if w.ProcessStatus != "completed" || w.Stdout != "written\n" {
 		t.Fatalf("write: %+v", w)
 	}
-	r := nemo("import numpy as np, pandas as pd, os\nprint(pd.read_csv('frame.csv')['a'].sum(), np.load('arr.npy').sum(), os.getcwd())\nprint([p for p in os.listdir('/proc') if p.isdigit() and 'sleep' in open(f'/proc/{p}/cmdline').read()])")
+	r := nemo("import numpy as np, pandas as pd, os\nprint(pd.read_csv('frame.csv')['a'].sum(), np.load('arr.npy').sum(), os.getcwd())\nprint([p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/cmdline').read().split('\\0')[0] == 'sleep'])")
 	if r.ProcessStatus != "completed" || r.Stdout != "6 6 /workspace\n[]\n" {
 		t.Fatalf("read back: %+v", r)
 	}

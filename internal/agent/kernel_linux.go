@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
@@ -73,14 +74,22 @@ func (k *kernels) forget() {
 func (a *Agent) cell(req *ExecRequest, emit func(stream string, data []byte)) (*ExecResult, error) {
 	a.kmu.Lock() // one cell at a time per sandbox, as in a notebook
 	defer a.kmu.Unlock()
+	var res *ExecResult
+	var err error
 	switch req.Language {
 	case "python":
-		return a.pythonCell(req, emit)
+		res, err = a.pythonCell(req, emit) // which settles and may capture early itself
 	case "bash", "javascript":
-		return a.streamCell(req, emit)
+		if res, err = a.streamCell(req, emit); err == nil && req.CaptureScreenshot {
+			time.Sleep(time.Duration(cmp.Or(req.SettleMs, 300)) * time.Millisecond)
+		}
 	default:
 		return nil, fmt.Errorf("no %s kernel in this sandbox (sessions have python, bash and javascript)", req.Language)
 	}
+	if err == nil && req.CaptureScreenshot && res.Screenshot == nil {
+		res.Screenshot, _ = a.screenshot(&ScreenshotRequest{}) // none without a display
+	}
+	return res, err
 }
 
 func (a *Agent) pythonKernel() (*pyKernel, error) {
@@ -137,7 +146,31 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 		k.conn.Close()
 		return &ExecResult{ExitCode: 1, KernelRestarted: true, Stderr: []byte("codecell: the python kernel had died; its state is lost\n")}, nil
 	}
-	body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(envList(a.env, req.Env))})
+	settle := cmp.Or(req.SettleMs, 300)
+	body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(envList(a.env, req.Env)),
+		"capture_screenshot": req.CaptureScreenshot, "settle_ms": settle})
+	// While the cell runs, the kernel may ask for the screen before the code
+	// destroys its windows.
+	var early []byte
+	captureDone := make(chan struct{})
+	if req.CaptureScreenshot {
+		go func() {
+			defer close(captureDone)
+			buf := make([]byte, 16)
+			for {
+				n, err := k.conn.Read(buf)
+				if err != nil {
+					return
+				}
+				if string(buf[:n]) == "capture" {
+					early, _ = a.screenshot(&ScreenshotRequest{})
+					k.conn.Write([]byte("ok"))
+				}
+			}
+		}()
+	} else {
+		close(captureDone)
+	}
 	go func() {
 		p.reqW.Write(body)
 		p.reqW.Close()
@@ -182,6 +215,11 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 		}
 	}
 	res.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	if req.CaptureScreenshot {
+		k.conn.SetReadDeadline(time.Now()) // ends the capture listener
+		<-captureDone
+		k.conn.SetReadDeadline(time.Time{})
+	}
 	outs.finish(res)
 	res.Stderr = append(res.Stderr, note...)
 	if len(reply) > 0 {
@@ -192,12 +230,16 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 			CPUS     float64    `json:"cpu_s"`
 			MaxRSSKB int64      `json:"maxrss_kb"`
 			Syntax   bool       `json:"syntax_error"`
+			Early    bool       `json:"captured_before_teardown"`
 		}
 		if err := json.Unmarshal(reply, &cr); err != nil {
 			return nil, fmt.Errorf("python kernel answered %q: %w", reply, err)
 		}
 		res.Value, res.Outputs, res.Error = cr.Value, cr.Outputs, cr.Error
 		res.CPUMs, res.MaxRSSKB, res.SyntaxError = cr.CPUS*1000, cr.MaxRSSKB, cr.Syntax
+		if cr.Early {
+			res.Screenshot = early
+		}
 		if cr.Error != nil {
 			res.ExitCode = 1
 			if cr.Error.Traceback != "" {

@@ -114,6 +114,11 @@ type ExecRequest struct {
 	// language (a session's), started on first use with Env; Stdin and Files
 	// do not apply.
 	Kernel bool `json:"kernel,omitempty"`
+	// CaptureScreenshot (kernel runs, with a display) returns the screen as
+	// the cell leaves it, after SettleMs for drawing to finish (default 300),
+	// or as it was before the cell destroyed its windows.
+	CaptureScreenshot bool `json:"capture_screenshot,omitempty"`
+	SettleMs          int  `json:"settle_ms,omitempty"`
 
 	cancel <-chan struct{} // closed when the host cancels the request
 }
@@ -136,6 +141,7 @@ type ExecResult struct {
 	Outputs         []Output   `json:"outputs,omitempty"` // figures and display() calls, in order
 	Error           *CellError `json:"error,omitempty"`
 	SyntaxError     bool       `json:"syntax_error,omitempty"`     // the cell did not parse
+	Screenshot      []byte     `json:"screenshot,omitempty"`       // PNG, if asked for and there is a display
 	Interrupted     bool       `json:"interrupted,omitempty"`      // stopped by SIGINT at its time-out; state kept
 	KernelRestarted bool       `json:"kernel_restarted,omitempty"` // the kernel died or ignored the interrupt; state lost
 }

@@ -213,6 +213,7 @@ def _kernel(sock):
             outputs.append(mime(obj))
 
     ns["display"] = display
+    gui = None  # hooks for programs with windows, once the session has a display
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -229,11 +230,15 @@ def _kernel(sock):
         req = json.loads(_read_all(reqfd))
         if n == 1 and req.get("env") is not None:
             _set_environ(req["env"])  # the session's environment, once, before its first cell
+            if os.environ.get("DISPLAY"):
+                gui = _GUI(sock)
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.close(out)
         os.close(err)
         outputs.clear()
+        if gui:
+            gui.begin(req.get("capture_screenshot", False), req.get("settle_ms", 300) / 1000)
         before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
@@ -247,6 +252,8 @@ def _kernel(sock):
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         result["outputs"] = list(outputs)
+        if gui:
+            result["captured_before_teardown"] = gui.end()
         after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         result["cpu_s"] = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
         result["maxrss_kb"] = max(r.ru_maxrss for r in after)
@@ -263,6 +270,70 @@ def _kernel(sock):
             body = json.dumps({"error": {"name": type(e).__name__, "value": str(e), "traceback": ""}}).encode()
         with os.fdopen(resfd, "wb") as f:
             f.write(body)
+
+class _GUI:
+    # With a display, windows must not hang a step nor vanish before they are
+    # seen: mainloop() (tkinter's, and so plt.show() under TkAgg) runs for the
+    # settle time and returns, leaving the windows open; when a screenshot is
+    # asked for, drawing is flushed and given the settle time at the cell's
+    # end, and a root window the code destroys is captured first (the agent
+    # takes the picture when the kernel asks over its socket).
+    def __init__(self, sock):
+        import time, tkinter, weakref
+        self.sock, self.time, self.tk = sock, time, tkinter
+        self.roots = weakref.WeakSet()
+        self.capture, self.settle, self.captured = False, 0.3, False
+        gui = self
+        init, destroy = tkinter.Tk.__init__, tkinter.Tk.destroy
+
+        def tk_init(root, *a, **kw):
+            init(root, *a, **kw)
+            gui.roots.add(root)
+
+        def tk_destroy(root):
+            if gui.capture and root in gui.roots:
+                gui.flush()
+                gui.sock.send(b"capture")
+                gui.sock.recv(16)
+                gui.captured = True
+            gui.roots.discard(root)
+            destroy(root)
+
+        def mainloop(widget, n=0):
+            gui.run(gui.settle)
+
+        tkinter.Tk.__init__, tkinter.Tk.destroy = tk_init, tk_destroy
+        tkinter.Misc.mainloop = mainloop
+        tkinter.mainloop = lambda n=0: gui.run(gui.settle)
+
+    def run(self, seconds):
+        # The event loop of every live window, for a while.
+        deadline = self.time.monotonic() + seconds
+        while True:
+            for root in list(self.roots):
+                try:
+                    root.update()
+                except self.tk.TclError:
+                    self.roots.discard(root)
+            if self.time.monotonic() >= deadline:
+                return
+            self.time.sleep(0.01)
+
+    def flush(self):
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            for num in plt.get_fignums():
+                plt.figure(num).canvas.draw_idle()
+        self.run(self.settle)
+
+    def begin(self, capture, settle):
+        self.capture, self.settle, self.captured = capture, settle, False
+
+    def end(self):
+        # Whether the picture to return was taken before the windows went.
+        if self.capture and self.roots:
+            self.flush()
+        return self.captured and not self.roots
 
 def _cell(code, filename, ns, display, ast, linecache, traceback):
     # Like a notebook cell: statements run, and a final expression's value is

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -137,14 +138,19 @@ func (s *Server) openEnvStep(ctx context.Context, id string, action map[string]j
 	if err != nil {
 		return openEnvObservation{}, err
 	}
+	var shot bool
+	json.Unmarshal(action["capture_screenshot"], &shot)
+	areq.CaptureScreenshot = shot
 	res, _, err := s.sessions.Exec(ctx, id, areq, nil)
 	if err != nil {
 		return openEnvObservation{}, err
 	}
 	obs := map[string]any{"stdout": string(res.Stdout), "stderr": string(res.Stderr), "exit_code": res.ExitCode}
-	var shot bool
-	if json.Unmarshal(action["capture_screenshot"], &shot) == nil && shot {
-		obs["screenshot"] = nil // no display in this sandbox
+	if shot {
+		obs["screenshot"] = nil // null without a display
+		if res.Screenshot != nil {
+			obs["screenshot"] = base64.StdEncoding.EncodeToString(res.Screenshot)
+		}
 	}
 	return openEnvObservation{Observation: obs, Reward: reward(code, res.SyntaxError)}, nil
 }

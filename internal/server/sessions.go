@@ -31,9 +31,11 @@ type CreateSandboxRequest struct {
 
 // SandboxExecRequest is the body of POST /v1/sandboxes/{id}/exec.
 type SandboxExecRequest struct {
-	Language string   `json:"language"`
-	Code     *string  `json:"code"`
-	TimeoutS *float64 `json:"timeout_s"`
+	Language          string   `json:"language"`
+	Code              *string  `json:"code"`
+	TimeoutS          *float64 `json:"timeout_s"`
+	CaptureScreenshot bool     `json:"capture_screenshot"`
+	SettleMs          *int     `json:"settle_ms"`
 }
 
 // SandboxExecResponse is one step's outcome: the stateless fields plus what a
@@ -45,6 +47,7 @@ type SandboxExecResponse struct {
 	Error           *agent.CellError `json:"error"`
 	Interrupted     bool             `json:"interrupted"`
 	KernelRestarted bool             `json:"kernel_restarted"`
+	Screenshot      []byte           `json:"screenshot"` // base64 PNG; null unless asked for, with a display
 	EpisodeID       string           `json:"episode_id"`
 	StepCount       int              `json:"step_count"`
 }
@@ -123,12 +126,21 @@ func (s *Server) decodeSandboxExec(w http.ResponseWriter, r *http.Request) (*age
 		writeError(w, err)
 		return nil, false
 	}
+	areq.CaptureScreenshot = req.CaptureScreenshot
+	if req.SettleMs != nil {
+		if *req.SettleMs < 0 || *req.SettleMs > 10000 {
+			writeError(w, invalid("settle_ms %d: must be between 0 and 10000", *req.SettleMs))
+			return nil, false
+		}
+		areq.SettleMs = max(*req.SettleMs, 1) // 0 would mean the default
+	}
 	return areq, true
 }
 
 func toSandboxResponse(res *sandbox.Result, info session.Info) SandboxExecResponse {
 	out := SandboxExecResponse{ExecuteResponse: toResponse(res), Outputs: res.Outputs, Error: res.Error,
-		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, EpisodeID: info.EpisodeID, StepCount: info.StepCount}
+		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, Screenshot: res.Screenshot,
+		EpisodeID: info.EpisodeID, StepCount: info.StepCount}
 	if out.Outputs == nil {
 		out.Outputs = []agent.Output{}
 	}
