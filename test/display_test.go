@@ -266,3 +266,24 @@ func TestDisplayCaptureScreenshot(t *testing.T) {
 		t.Fatalf("no display: %s", b)
 	}
 }
+
+// A stateless run may ask for a display too; runs that do not ask get none,
+// even in a sandbox that kept its X server from an earlier run.
+func TestExecuteWithDisplay(t *testing.T) {
+	testutil.RequiresRoot(t)
+	testutil.RequiresBinary(t, "runc")
+	s := startServer(t, "", "--pool-size", "1", "--gvisor-pool-size", "0")
+	code := "import tkinter as tk\nr = tk.Tk()\nprint(r.winfo_screenwidth(), r.winfo_screenheight())"
+	with := s.exec(t, map[string]any{"code": code, "display": true})
+	if with.Status != "ok" || with.Stdout != "1280 800\n" {
+		t.Fatalf("with a display: %+v", with)
+	}
+	without := s.exec(t, map[string]any{"code": code})
+	if without.Status != "error" || !strings.Contains(without.Stderr, "no display name") {
+		t.Fatalf("without a display: %+v", without)
+	}
+	again := s.exec(t, map[string]any{"code": code, "display": true})
+	if again.Status != "ok" || again.Stdout != "1280 800\n" {
+		t.Fatalf("again with a display: %+v", again)
+	}
+}

@@ -109,8 +109,21 @@ func (a *Agent) startDisplay(screen string) (*DisplayInfo, error) {
 		}
 	}
 	a.display = x
-	a.env = append(a.env, "DISPLAY="+displayName)
 	return x.info(time.Since(start)), nil
+}
+
+// envFor is a run's environment: the sandbox's, the request's, and DISPLAY
+// for a session's kernels once there is a display, or for a run that asked
+// for one (a stateless sandbox keeps its X server, but only runs that ask
+// are pointed at it).
+func (a *Agent) envFor(req *ExecRequest) []string {
+	env := envList(a.env, req.Env)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.display != nil && (req.Kernel || req.Display != "") {
+		env = append(env, "DISPLAY="+displayName)
+	}
+	return env
 }
 
 func (x *display) info(took time.Duration) *DisplayInfo {

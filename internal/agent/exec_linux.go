@@ -114,13 +114,18 @@ func envMap(env []string) map[string]string {
 
 // run executes one request and reports how it ended.
 func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*ExecResult, error) {
+	if req.Display != "" {
+		if _, err := a.startDisplay(req.Display); err != nil {
+			return nil, err
+		}
+	}
 	if req.Kernel {
 		return a.cell(req, emit)
 	}
 	if err := writeFiles(req.Files); err != nil {
 		return nil, err
 	}
-	env := envList(a.env, req.Env)
+	env := a.envFor(req)
 
 	var pipes [3][2]*os.File // [stream][read, write]
 	for i := range pipes {

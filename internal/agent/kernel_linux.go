@@ -147,7 +147,7 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 		return &ExecResult{ExitCode: 1, KernelRestarted: true, Stderr: []byte("codecell: the python kernel had died; its state is lost\n")}, nil
 	}
 	settle := cmp.Or(req.SettleMs, 300)
-	body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(envList(a.env, req.Env)),
+	body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(a.envFor(req)),
 		"capture_screenshot": req.CaptureScreenshot, "settle_ms": settle})
 	// While the cell runs, the kernel may ask for the screen before the code
 	// destroys its windows.
@@ -357,7 +357,7 @@ func parseOutcome(lang, line string, res *ExecResult) error {
 }
 
 func (a *Agent) streamCell(req *ExecRequest, emit func(string, []byte)) (*ExecResult, error) {
-	k, err := a.streamKernel(req.Language, envList(a.env, req.Env))
+	k, err := a.streamKernel(req.Language, a.envFor(req))
 	if err != nil {
 		return nil, err
 	}

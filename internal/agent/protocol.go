@@ -119,6 +119,9 @@ type ExecRequest struct {
 	// or as it was before the cell destroyed its windows.
 	CaptureScreenshot bool `json:"capture_screenshot,omitempty"`
 	SettleMs          int  `json:"settle_ms,omitempty"`
+	// Display (a WIDTHxHEIGHTxDEPTH screen) starts the sandbox's X server
+	// first, if it is not running; it then stays for later runs.
+	Display string `json:"display,omitempty"`
 
 	cancel <-chan struct{} // closed when the host cancels the request
 }

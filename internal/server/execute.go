@@ -15,6 +15,9 @@ import (
 	"github.com/codecell/codecell/internal/sandbox"
 )
 
+// defaultScreen is the display of a stateless run that asks for one.
+const defaultScreen = "1280x800x24"
+
 // Languages the sandboxes run.
 var languages = []string{"python", "bash", "javascript"}
 
@@ -27,6 +30,7 @@ type ExecuteRequest struct {
 	Files    map[string]string `json:"files"`
 	Env      map[string]string `json:"env"`
 	Runtime  string            `json:"runtime"`
+	Display  bool              `json:"display"`
 }
 
 // ExecuteResponse is how a run ended.
@@ -92,6 +96,9 @@ func (s *Server) toAgent(req *ExecuteRequest) (*agent.ExecRequest, error) {
 		TimeoutMs: timeout.Milliseconds(), OutputCap: s.cfg.OutputCap}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
+	}
+	if req.Display {
+		out.Display = defaultScreen
 	}
 	if len(req.Files) > 0 {
 		out.Files = make(map[string][]byte, len(req.Files))
