@@ -11,8 +11,12 @@ done
 command -v node >/dev/null || need+=(nodejs)
 command -v Xvfb >/dev/null || need+=(xvfb)
 command -v pgrep >/dev/null || need+=(procps)
+command -v chromium >/dev/null || need+=(chromium) # the live view's browser test
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# playwright-core drives that Chromium; it comes from the npm registry.
+browser="$(dirname "$0")/../test/browser"
+[ -d "$browser/node_modules/playwright-core" ] || (cd "$browser" && npm ci --no-audit --no-fund --silent)

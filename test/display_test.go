@@ -8,6 +8,8 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +287,54 @@ func TestExecuteWithDisplay(t *testing.T) {
 	again := s.exec(t, map[string]any{"code": code, "display": true})
 	if again.Status != "ok" || again.Stdout != "1280 800\n" {
 		t.Fatalf("again with a display: %+v", again)
+	}
+}
+
+// The live view in a real browser: headless Chromium opens the page for a
+// sandbox running a tkinter app, sees a frame that is not blank, and clicks
+// the app's button through the page; the app's label changes.
+func TestLiveViewInBrowser(t *testing.T) {
+	testutil.RequiresBinary(t, "node")
+	testutil.RequiresBinary(t, "chromium")
+	if _, err := os.Stat("browser/node_modules/playwright-core"); err != nil {
+		t.Skip("needs playwright-core in test/browser (make deps runs npm install there)")
+	}
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
+	id := info.ID
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	app := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('300x200+0+0')\nlabel = tk.Label(root, text='before')\nlabel.place(x=10, y=10)\n" +
+		"tk.Button(root, text='Press', command=lambda: label.config(text='clicked in the browser')).place(x=10, y=60, width=100, height=40)\nroot.update()"
+	if st := s.step(t, id, "python", app, 0); st.Status != "ok" {
+		t.Fatalf("app: %+v", st)
+	}
+	browse := func(query string) {
+		t.Helper()
+		cmd := exec.Command("node", "liveview.js", s.URL+"/ui/sandboxes/"+id+query, "60", "80")
+		cmd.Dir = "browser"
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("browser: %v\n%s", err, out)
+		}
+		var seen struct{ Lit, Frames, Width int }
+		if err := json.Unmarshal(out, &seen); err != nil || seen.Lit < 1000 || seen.Frames < 1 || seen.Width != 640 {
+			t.Fatalf("what the browser saw: %s", out)
+		}
+	}
+	label := func() string {
+		st := s.step(t, id, "python", "import time\nfor _ in range(30):\n    root.update()\n    time.sleep(0.01)\nlabel.cget('text')", 0)
+		return value(st)
+	}
+	browse("") // view only: the click stays in the browser
+	if got := label(); got != "'before'" {
+		t.Fatalf("a view-only page passed a click on: label %s", got)
+	}
+	browse("?control=1")
+	if got := label(); got != "'clicked in the browser'" {
+		t.Fatalf("the click did not reach the app: label %s", got)
+	}
+	if code := s.do(t, "GET", "/ui/sandboxes/sb-nonexistent", &apiError{}); code != 404 {
+		t.Fatalf("page of an unknown sandbox: %d", code)
 	}
 }

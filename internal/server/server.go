@@ -80,6 +80,8 @@ func (s *Server) Routes() []Route {
 		{"POST", "/v1/sandboxes/{id}/reset", s.handleResetSandbox},
 		{"GET", "/v1/sandboxes/{id}/screenshot", s.handleScreenshot},
 		{"POST", "/v1/sandboxes/{id}/input", s.handleInput},
+		{"GET", "/v1/sandboxes/{id}/view", s.handleView},
+		{"GET", "/ui/sandboxes/{id}", s.handleViewPage},
 		{"GET", "/v1/sandboxes/{id}/files", s.handleGetFile},
 		{"PUT", "/v1/sandboxes/{id}/files", s.handlePutFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", s.handleDeleteFile},
