@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	endian "encoding/binary"
 	"encoding/json"
+	"hash/crc32"
 	"image"
 	"image/color"
 	"image/png"
@@ -336,5 +338,82 @@ func TestLiveViewInBrowser(t *testing.T) {
 	}
 	if code := s.do(t, "GET", "/ui/sandboxes/sb-nonexistent", &apiError{}); code != 404 {
 		t.Fatalf("page of an unknown sandbox: %d", code)
+	}
+}
+
+// "record": true returns an animated PNG of the screen during the step: its
+// frames follow what the code drew.
+func TestDisplayRecording(t *testing.T) {
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "320x240x24"}, &info)
+	id := info.ID
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	code := "import tkinter as tk, time\nroot = tk.Tk()\nroot.geometry('100x100+10+10')\n" +
+		"for colour in ('#ff0000', '#00ff00', '#0000ff'):\n    root.configure(bg=colour)\n    root.update()\n    time.sleep(0.4)"
+	var out struct {
+		Status    string
+		Recording []byte
+	}
+	resp := s.post(t, "/v1/sandboxes/"+id+"/exec", map[string]any{"code": code, "record": true, "record_fps": 10}, &out)
+	if resp.StatusCode != 200 || out.Status != "ok" || !bytes.HasPrefix(out.Recording, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("recording: %d %s %d bytes", resp.StatusCode, out.Status, len(out.Recording))
+	}
+	// Walk the chunks: acTL gives the frame count; each frame's data (the
+	// IDAT, then each fdAT without its sequence number) is rebuilt into a
+	// plain PNG and its colour read at the window's centre.
+	rec := out.Recording
+	var ihdr []byte
+	frames := 0
+	var colours []string
+	frame := func(data []byte) {
+		var p bytes.Buffer
+		p.WriteString("\x89PNG\r\n\x1a\n")
+		for _, c := range []struct {
+			typ  string
+			data []byte
+		}{{"IHDR", ihdr}, {"IDAT", data}, {"IEND", nil}} {
+			var n [4]byte
+			endian.BigEndian.PutUint32(n[:], uint32(len(c.data)))
+			p.Write(n[:])
+			p.WriteString(c.typ)
+			p.Write(c.data)
+			endian.BigEndian.PutUint32(n[:], crc32.ChecksumIEEE(append([]byte(c.typ), c.data...)))
+			p.Write(n[:])
+		}
+		img, err := png.Decode(&p)
+		if err != nil {
+			t.Fatalf("frame %d: %v", len(colours), err)
+		}
+		name := map[color.RGBA]string{{0xff, 0, 0, 0xff}: "red", green: "green", {0, 0, 0xff, 0xff}: "blue", black: "black"}[rgb(img, 60, 60)]
+		if len(colours) == 0 || colours[len(colours)-1] != name {
+			colours = append(colours, name)
+		}
+	}
+	for i := 8; i+8 <= len(rec); {
+		n := int(endian.BigEndian.Uint32(rec[i:]))
+		data := rec[i+8 : i+8+n]
+		switch string(rec[i+4 : i+8]) {
+		case "IHDR":
+			ihdr = data
+		case "acTL":
+			frames = int(endian.BigEndian.Uint32(data))
+		case "IDAT":
+			frame(data)
+		case "fdAT":
+			frame(data[4:])
+		}
+		i += 12 + n
+	}
+	// Red, green and blue each lasted 0.4 s at 10 frames a second; frames
+	// that did not change are merged into one longer frame.
+	if got := strings.Join(colours, ","); !strings.HasSuffix(got, "red,green,blue") || frames < 3 || frames > 12 {
+		t.Fatalf("recording: %d frames, colours %s", frames, got)
+	}
+	// Without a display there is no recording, and no error.
+	plain := s.createSandbox(t, nil).ID
+	resp = s.post(t, "/v1/sandboxes/"+plain+"/exec", map[string]any{"code": "1", "record": true}, nil)
+	if b := readAll(resp); resp.StatusCode != 200 || !strings.Contains(b, `"recording":null`) {
+		t.Fatalf("no display: %s", b)
 	}
 }

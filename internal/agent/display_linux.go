@@ -168,6 +168,8 @@ func (a *Agent) screenshot(req *ScreenshotRequest) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+func (x *display) bounds() image.Rectangle { return image.Rect(0, 0, x.width, x.height) }
+
 // connect (re)opens the agent's own connection to the X server; under x.mu.
 func (x *display) connect() error {
 	if x.conn != nil {

@@ -74,6 +74,14 @@ func (k *kernels) forget() {
 func (a *Agent) cell(req *ExecRequest, emit func(stream string, data []byte)) (*ExecResult, error) {
 	a.kmu.Lock() // one cell at a time per sandbox, as in a notebook
 	defer a.kmu.Unlock()
+	var rec *recorder
+	if req.Record {
+		a.mu.Lock()
+		if a.display != nil {
+			rec = startRecording(a.display, cmp.Or(req.RecordFPS, 5))
+		}
+		a.mu.Unlock()
+	}
 	var res *ExecResult
 	var err error
 	switch req.Language {
@@ -88,6 +96,12 @@ func (a *Agent) cell(req *ExecRequest, emit func(stream string, data []byte)) (*
 	}
 	if err == nil && req.CaptureScreenshot && res.Screenshot == nil {
 		res.Screenshot, _ = a.screenshot(&ScreenshotRequest{}) // none without a display
+	}
+	if rec != nil {
+		recording := rec.finish()
+		if err == nil {
+			res.Recording = recording
+		}
 	}
 	return res, err
 }

@@ -119,6 +119,10 @@ type ExecRequest struct {
 	// or as it was before the cell destroyed its windows.
 	CaptureScreenshot bool `json:"capture_screenshot,omitempty"`
 	SettleMs          int  `json:"settle_ms,omitempty"`
+	// Record (kernel runs, with a display) returns the screen during the
+	// cell as an animated PNG at RecordFPS frames a second (default 5).
+	Record    bool `json:"record,omitempty"`
+	RecordFPS int  `json:"record_fps,omitempty"`
 	// Display (a WIDTHxHEIGHTxDEPTH screen) starts the sandbox's X server
 	// first, if it is not running; it then stays for later runs.
 	Display string `json:"display,omitempty"`
@@ -145,6 +149,7 @@ type ExecResult struct {
 	Error           *CellError `json:"error,omitempty"`
 	SyntaxError     bool       `json:"syntax_error,omitempty"`     // the cell did not parse
 	Screenshot      []byte     `json:"screenshot,omitempty"`       // PNG, if asked for and there is a display
+	Recording       []byte     `json:"recording,omitempty"`        // APNG, if asked for and there is a display
 	Interrupted     bool       `json:"interrupted,omitempty"`      // stopped by SIGINT at its time-out; state kept
 	KernelRestarted bool       `json:"kernel_restarted,omitempty"` // the kernel died or ignored the interrupt; state lost
 }

@@ -36,6 +36,8 @@ type SandboxExecRequest struct {
 	TimeoutS          *float64 `json:"timeout_s"`
 	CaptureScreenshot bool     `json:"capture_screenshot"`
 	SettleMs          *int     `json:"settle_ms"`
+	Record            bool     `json:"record"`
+	RecordFPS         int      `json:"record_fps"`
 }
 
 // SandboxExecResponse is one step's outcome: the stateless fields plus what a
@@ -48,6 +50,7 @@ type SandboxExecResponse struct {
 	Interrupted     bool             `json:"interrupted"`
 	KernelRestarted bool             `json:"kernel_restarted"`
 	Screenshot      []byte           `json:"screenshot"` // base64 PNG; null unless asked for, with a display
+	Recording       []byte           `json:"recording"`  // base64 animated PNG; null unless asked for, with a display
 	EpisodeID       string           `json:"episode_id"`
 	StepCount       int              `json:"step_count"`
 }
@@ -127,6 +130,11 @@ func (s *Server) decodeSandboxExec(w http.ResponseWriter, r *http.Request) (*age
 		return nil, false
 	}
 	areq.CaptureScreenshot = req.CaptureScreenshot
+	if req.RecordFPS < 0 || req.RecordFPS > 30 {
+		writeError(w, invalid("record_fps %d: must be between 1 and 30 (0: the default, 5)", req.RecordFPS))
+		return nil, false
+	}
+	areq.Record, areq.RecordFPS = req.Record, req.RecordFPS
 	if req.SettleMs != nil {
 		if *req.SettleMs < 0 || *req.SettleMs > 10000 {
 			writeError(w, invalid("settle_ms %d: must be between 0 and 10000", *req.SettleMs))
@@ -139,7 +147,7 @@ func (s *Server) decodeSandboxExec(w http.ResponseWriter, r *http.Request) (*age
 
 func toSandboxResponse(res *sandbox.Result, info session.Info) SandboxExecResponse {
 	out := SandboxExecResponse{ExecuteResponse: toResponse(res), Outputs: res.Outputs, Error: res.Error,
-		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, Screenshot: res.Screenshot,
+		Interrupted: res.Interrupted, KernelRestarted: res.KernelRestarted, Screenshot: res.Screenshot, Recording: res.Recording,
 		EpisodeID: info.EpisodeID, StepCount: info.StepCount}
 	if out.Outputs == nil {
 		out.Outputs = []agent.Output{}
