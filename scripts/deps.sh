@@ -5,13 +5,14 @@ need=()
 command -v runc >/dev/null || need+=(runc)
 command -v runsc >/dev/null || need+=(runsc)
 [ -x /usr/bin/python3 ] || need+=(python3)
-for mod in numpy pandas scipy matplotlib plotly pytest; do
+for mod in numpy pandas scipy matplotlib plotly pytest pygame; do
   /usr/bin/python3 -c "import $mod" 2>/dev/null || need+=("python3-$mod")
 done
 command -v node >/dev/null || need+=(nodejs)
 command -v Xvfb >/dev/null || need+=(xvfb)
 command -v pgrep >/dev/null || need+=(procps)
 command -v chromium >/dev/null || need+=(chromium) # the live view's browser test
+command -v xeyes >/dev/null || need+=(x11-apps)     # plain X programs on a sandbox's display
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq

@@ -417,3 +417,52 @@ func TestDisplayRecording(t *testing.T) {
 		t.Fatalf("no display: %s", b)
 	}
 }
+
+// pygame and plain X programs draw on the display too; a pygame window the
+// code closes at the end of the step is captured before it goes.
+func TestDisplayPygameAndX11Programs(t *testing.T) {
+	testutil.RequiresBinary(t, "xeyes")
+	s := shared(t)
+	var info struct{ ID string }
+	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
+	id := info.ID
+	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	var out struct {
+		Status, Stdout, Stderr string
+		Screenshot             []byte
+	}
+	code := "import pygame\npygame.init()\nscreen = pygame.display.set_mode((200, 100))\nscreen.fill((255, 0, 255))\npygame.display.flip()\nprint('drawn')\npygame.quit()"
+	s.post(t, "/v1/sandboxes/"+id+"/exec", map[string]any{"code": code, "capture_screenshot": true}, &out)
+	if out.Status != "ok" || out.Stdout != "drawn\n" || len(out.Screenshot) == 0 {
+		t.Fatalf("pygame: %+v", out)
+	}
+	img, err := png.Decode(bytes.NewReader(out.Screenshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	magenta := 0
+	for y := 0; y < 480; y++ {
+		for x := 0; x < 640; x++ {
+			if rgb(img, x, y) == (color.RGBA{0xff, 0, 0xff, 0xff}) {
+				magenta++
+			}
+		}
+	}
+	if magenta != 200*100 {
+		t.Fatalf("the pygame window before quit: %d magenta pixels, want 20000", magenta)
+	}
+	// xeyes, a plain X client, started from the shell.
+	s.step(t, id, "bash", "xeyes -geometry 150x100+300+200 &", 0)
+	waitFor(t, "xeyes on the screen", func() bool {
+		img := s.screenshot(t, id, "?x=300&y=200&w=150&h=100")
+		lit := 0
+		for y := 0; y < 100; y++ {
+			for x := 0; x < 150; x++ {
+				if rgb(img, x, y) != black {
+					lit++
+				}
+			}
+		}
+		return lit > 1000
+	})
+}

@@ -271,6 +271,27 @@ def _kernel(sock):
         with os.fdopen(resfd, "wb") as f:
             f.write(body)
 
+class _PatchOnImport:
+    # A meta path finder that lets a module load as usual, then patches it.
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)  # find it the usual way, once
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load, patch = spec.loader.exec_module, self.patch
+
+        def exec_module(module):
+            load(module)
+            patch(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
 class _GUI:
     # With a display, windows must not hang a step nor vanish before they are
     # seen: mainloop() (tkinter's, and so plt.show() under TkAgg) runs for the
@@ -293,9 +314,7 @@ class _GUI:
         def tk_destroy(root):
             if gui.capture and root in gui.roots:
                 gui.flush()
-                gui.sock.send(b"capture")
-                gui.sock.recv(16)
-                gui.captured = True
+                gui.before_teardown()
             gui.roots.discard(root)
             destroy(root)
 
@@ -305,6 +324,27 @@ class _GUI:
         tkinter.Tk.__init__, tkinter.Tk.destroy = tk_init, tk_destroy
         tkinter.Misc.mainloop = mainloop
         tkinter.mainloop = lambda n=0: gui.run(gui.settle)
+        sys.meta_path.insert(0, _PatchOnImport("pygame", self.patch_pygame))
+
+    def before_teardown(self):
+        # Asks the agent for the screen now, if the cell wants a screenshot.
+        if self.capture:
+            self.sock.send(b"capture")
+            self.sock.recv(16)
+            self.captured = True
+
+    def patch_pygame(self, pygame):
+        # A window pygame closes at the cell's end is captured first.
+        gui = self
+        for mod, name in ((pygame, "quit"), (pygame.display, "quit")):
+            orig = getattr(mod, name)
+
+            def quit(orig=orig):
+                if pygame.display.get_init() and pygame.display.get_surface() is not None:
+                    gui.time.sleep(gui.settle if gui.capture else 0)
+                    gui.before_teardown()
+                orig()
+            setattr(mod, name, quit)
 
     def run(self, seconds):
         # The event loop of every live window, for a while.

@@ -137,6 +137,8 @@ func sandboxEnv() []string {
 		"MPLBACKEND=Agg",
 		"MPLCONFIGDIR=/tmp/.matplotlib",
 		"PYTHONDONTWRITEBYTECODE=1",
+		"PYGAME_HIDE_SUPPORT_PROMPT=1", // no greeting in the run's stdout
+		"SDL_AUDIODRIVER=dummy",        // no sound device in a sandbox
 		// One core per sandbox: BLAS thread pools would only add fork and
 		// memory cost, and forking a process with live threads is fragile.
 		"OPENBLAS_NUM_THREADS=1",
