@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"io"
 	"math"
 	"net/http"
@@ -92,6 +94,19 @@ func TestOpenEnvHTTP(t *testing.T) {
 		if resp.StatusCode != 422 || !strings.Contains(b, bad.want) {
 			t.Errorf("%v: %d %s, want 422 with %s", bad.body, resp.StatusCode, b, bad.want)
 		}
+	}
+	// A step that asks for a screenshot gets the screen with its window.
+	var shot struct {
+		Observation struct {
+			Stdout     string
+			Screenshot []byte
+		}
+	}
+	s.post(t, "/step", map[string]any{"action": map[string]any{"capture_screenshot": true,
+		"code": "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('200x100+50+60')\nroot.configure(bg='#00ff00')\nroot.mainloop()\nprint('shown')"}}, &shot)
+	img, err := png.Decode(bytes.NewReader(shot.Observation.Screenshot))
+	if err != nil || shot.Observation.Stdout != "shown\n" || rgb(img, 150, 110) != green || rgb(img, 10, 10) != black {
+		t.Fatalf("step with capture_screenshot: %v %q", err, shot.Observation.Stdout)
 	}
 	var schema map[string]map[string]any
 	if code := s.do(t, "GET", "/schema", &schema); code != 200 || schema["action"]["title"] != "CodeAction" || schema["state"]["title"] != "CodeState" {

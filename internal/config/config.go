@@ -45,6 +45,7 @@ type Config struct {
 	SessionIdleTimeout time.Duration // default idle time-out of a session
 	SessionMaxLifetime time.Duration // cap (and default) of a session's lifetime
 	WSPingInterval     time.Duration // WebSocket keep-alive; a peer silent this long twice is dropped
+	OpenEnvDisplay     bool          // OpenEnv's sessions get an X server (for capture_screenshot)
 
 	afterParse func()
 }
@@ -81,6 +82,7 @@ func Default() Config {
 		SessionIdleTimeout: 10 * time.Minute,
 		SessionMaxLifetime: 24 * time.Hour,
 		WSPingInterval:     15 * time.Second,
+		OpenEnvDisplay:     true,
 	}
 }
 
@@ -182,6 +184,7 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.MaxSessions, "max-sessions", "MAX_SESSIONS", "stateful sandboxes (sessions) held at once; beyond it creating one answers 429")
 	num(&c.SessionIdleTimeout, "session-idle-timeout", "SESSION_IDLE_TIMEOUT", "default time a session may sit idle (no exec, stream or process of its own) before it is stopped")
 	num(&c.SessionMaxLifetime, "session-max-lifetime", "SESSION_MAX_LIFETIME", "longest (and default) life of a session")
+	num(&c.OpenEnvDisplay, "openenv-display", "OPENENV_DISPLAY", "give OpenEnv's sessions a display (1280x800x24), so steps that ask for capture_screenshot get one")
 	num(&c.WSPingInterval, "ws-ping-interval", "WS_PING_INTERVAL", "how often WebSocket peers are pinged; one that does not answer within the same time is dropped and its session freed")
 	// Parsed values land in the struct after fs.Parse; these two need converting.
 	c.afterParse = func() {

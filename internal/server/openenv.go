@@ -81,6 +81,12 @@ type openEnvDefault struct {
 	id string
 }
 
+// openEnvOptions are those of OpenEnv's sessions: with a display if the
+// server gives them one, so actions that ask for a screenshot get one.
+func (s *Server) openEnvOptions() session.Options {
+	return session.Options{Display: s.cfg.OpenEnvDisplay}
+}
+
 func (s *Server) defaultSession(ctx context.Context) (string, error) {
 	s.openenv.mu.Lock()
 	defer s.openenv.mu.Unlock()
@@ -89,7 +95,7 @@ func (s *Server) defaultSession(ctx context.Context) (string, error) {
 			return s.openenv.id, nil
 		}
 	}
-	info, err := s.sessions.Create(ctx, session.Options{})
+	info, err := s.sessions.Create(ctx, s.openEnvOptions())
 	if err != nil {
 		return "", err
 	}

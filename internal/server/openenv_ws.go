@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/codecell/codecell/internal/errdefs"
-	"github.com/codecell/codecell/internal/session"
 	"github.com/coder/websocket"
 )
 
@@ -46,7 +45,7 @@ func (s *Server) handleOpenEnvWS(w http.ResponseWriter, r *http.Request) {
 		send("error", data)
 	}
 
-	info, err := s.sessions.Create(ctx, session.Options{})
+	info, err := s.sessions.Create(ctx, s.openEnvOptions())
 	if err != nil {
 		if errors.Is(err, errdefs.ErrExhausted) {
 			active, limit := s.sessions.Capacity()
