@@ -171,10 +171,7 @@ func TestDisplaysAreIsolated(t *testing.T) {
 // typed text, Unicode included, lands in an Entry.
 func TestDisplayInput(t *testing.T) {
 	s := shared(t)
-	var info struct{ ID string }
-	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
-	id := info.ID
-	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	id := s.displaySandbox(t, "640x480x24")
 	app := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('300x200+0+0')\nlabel = tk.Label(root, text='before')\nlabel.place(x=10, y=10)\n" +
 		"tk.Button(root, text='Press', command=lambda: label.config(text='after')).place(x=10, y=60, width=100, height=40)\n" +
 		"entry = tk.Entry(root)\nentry.place(x=10, y=120, width=250, height=30)\nroot.update()"
@@ -223,10 +220,7 @@ func TestDisplayInput(t *testing.T) {
 // captured before it goes.
 func TestDisplayCaptureScreenshot(t *testing.T) {
 	s := shared(t)
-	var info struct{ ID string }
-	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
-	id := info.ID
-	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	id := s.displaySandbox(t, "640x480x24")
 	capture := func(code string) (step, image.Image) {
 		t.Helper()
 		var st step
@@ -302,10 +296,7 @@ func TestLiveViewInBrowser(t *testing.T) {
 		t.Skip("needs playwright-core in test/browser (make deps runs npm install there)")
 	}
 	s := shared(t)
-	var info struct{ ID string }
-	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
-	id := info.ID
-	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	id := s.displaySandbox(t, "640x480x24")
 	app := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('300x200+0+0')\nlabel = tk.Label(root, text='before')\nlabel.place(x=10, y=10)\n" +
 		"tk.Button(root, text='Press', command=lambda: label.config(text='clicked in the browser')).place(x=10, y=60, width=100, height=40)\nroot.update()"
 	if st := s.step(t, id, "python", app, 0); st.Status != "ok" {
@@ -345,10 +336,7 @@ func TestLiveViewInBrowser(t *testing.T) {
 // frames follow what the code drew.
 func TestDisplayRecording(t *testing.T) {
 	s := shared(t)
-	var info struct{ ID string }
-	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "320x240x24"}, &info)
-	id := info.ID
-	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	id := s.displaySandbox(t, "320x240x24")
 	code := "import tkinter as tk, time\nroot = tk.Tk()\nroot.geometry('100x100+10+10')\n" +
 		"for colour in ('#ff0000', '#00ff00', '#0000ff'):\n    root.configure(bg=colour)\n    root.update()\n    time.sleep(0.4)"
 	var out struct {
@@ -423,10 +411,7 @@ func TestDisplayRecording(t *testing.T) {
 func TestDisplayPygameAndX11Programs(t *testing.T) {
 	testutil.RequiresBinary(t, "xeyes")
 	s := shared(t)
-	var info struct{ ID string }
-	s.post(t, "/v1/sandboxes", map[string]any{"display": true, "screen": "640x480x24"}, &info)
-	id := info.ID
-	t.Cleanup(func() { s.do(t, "DELETE", "/v1/sandboxes/"+id, nil) })
+	id := s.displaySandbox(t, "640x480x24")
 	var out struct {
 		Status, Stdout, Stderr string
 		Screenshot             []byte
@@ -465,4 +450,10 @@ func TestDisplayPygameAndX11Programs(t *testing.T) {
 		}
 		return lit > 1000
 	})
+}
+
+// displaySandbox creates a session with a display, deleted after the test.
+func (s *server) displaySandbox(t *testing.T, screen string) string {
+	t.Helper()
+	return s.createSandbox(t, map[string]any{"display": true, "screen": screen}).ID
 }

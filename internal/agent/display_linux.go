@@ -126,6 +126,17 @@ func (a *Agent) envFor(req *ExecRequest) []string {
 	return env
 }
 
+// requireDisplay returns the running display, or the error that says how to
+// get one.
+func (a *Agent) requireDisplay() (*display, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.display == nil {
+		return nil, &requestError{ErrCodeInvalid, "this sandbox has no display; create it with \"display\": true"}
+	}
+	return a.display, nil
+}
+
 func (x *display) info(took time.Duration) *DisplayInfo {
 	return &DisplayInfo{Display: displayName, Width: x.width, Height: x.height, Depth: x.depth,
 		StartMs: float64(took.Microseconds()) / 1000}
@@ -134,11 +145,9 @@ func (x *display) info(took time.Duration) *DisplayInfo {
 // screenshot reads the screen, or a region of it, from the X server and
 // encodes it as PNG, scaled by req.Scale if set.
 func (a *Agent) screenshot(req *ScreenshotRequest) ([]byte, error) {
-	a.mu.Lock()
-	x := a.display
-	a.mu.Unlock()
-	if x == nil {
-		return nil, &requestError{ErrCodeInvalid, "this sandbox has no display; create it with \"display\": true"}
+	x, err := a.requireDisplay()
+	if err != nil {
+		return nil, err
 	}
 	r := image.Rect(req.X, req.Y, req.X+req.W, req.Y+req.H)
 	if req.W == 0 && req.H == 0 {

@@ -89,11 +89,9 @@ func (k *keyboard) find(sym xproto.Keysym) (xproto.Keycode, bool, bool) {
 // input carries out actions in order; with screenshot set it returns the
 // screen after the last one.
 func (a *Agent) input(req *InputRequest) ([]byte, error) {
-	a.mu.Lock()
-	x := a.display
-	a.mu.Unlock()
-	if x == nil {
-		return nil, &requestError{ErrCodeInvalid, "this sandbox has no display; create it with \"display\": true"}
+	x, err := a.requireDisplay()
+	if err != nil {
+		return nil, err
 	}
 	if err := x.inject(req.Actions); err != nil {
 		return nil, err
