@@ -127,13 +127,9 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 	}
 	env := a.envFor(req)
 
-	var pipes [3][2]*os.File // [stream][read, write]
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		pipes[i] = [2]*os.File{r, w}
+	pipes, err := openPipes(3) // [stream][read, write]
+	if err != nil {
+		return nil, err
 	}
 	stdio := [3]*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}
 
@@ -141,7 +137,6 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 	var pid int
 	var exit <-chan exitInfo
 	var reported <-chan exitInfo
-	var err error
 	switch req.Language {
 	case "python":
 		if a.zygote == nil || !a.zygote.alive() {
@@ -154,9 +149,9 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 			pid, exit, reported = run.pid, run.exit, readStatus(run.status)
 		}
 	case "bash":
-		pid, exit, err = a.spawn("/bin/bash", []string{"bash", "-c", req.Code}, env, stdio)
+		pid, exit, err = a.spawn("/bin/bash", []string{"bash", "-c", req.Code}, env, stdio[:])
 	case "javascript":
-		pid, exit, err = a.spawn(a.node, []string{"node", "-e", req.Code}, env, stdio)
+		pid, exit, err = a.spawn(a.node, []string{"node", "-e", req.Code}, env, stdio[:])
 	default:
 		err = fmt.Errorf("unknown language %q", req.Language)
 	}
@@ -279,15 +274,33 @@ func (a *Agent) noteExiting(exit <-chan exitInfo) {
 	a.exiting = append(live, exit)
 }
 
-// spawn starts a program directly under the agent, in its own session.
-func (a *Agent) spawn(path string, argv, env []string, stdio [3]*os.File) (int, <-chan exitInfo, error) {
+// openPipes opens n pipes, each [read, write]; on failure none stays open.
+func openPipes(n int) ([][2]*os.File, error) {
+	pipes := make([][2]*os.File, 0, n)
+	for range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range pipes {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, err
+		}
+		pipes = append(pipes, [2]*os.File{r, w})
+	}
+	return pipes, nil
+}
+
+// spawn starts a program directly under the agent, in its own session,
+// with files as its fds 0, 1, 2, ...
+func (a *Agent) spawn(path string, argv, env []string, files []*os.File) (int, <-chan exitInfo, error) {
 	if path == "" {
 		return 0, nil, fmt.Errorf("%s is not installed in this sandbox", argv[0])
 	}
 	p, exit, err := a.reaper.start(path, argv, &os.ProcAttr{
 		Dir:   workspace,
 		Env:   env,
-		Files: stdio[:],
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {

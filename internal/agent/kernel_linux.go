@@ -285,26 +285,14 @@ func (a *Agent) streamKernel(lang string, env []string) (*streamKernel, error) {
 		// command line; the shell itself lives on.
 		init = "shopt -s expand_aliases; trap 'return 130 2>/dev/null' INT\n"
 	case "javascript":
-		if a.node == "" {
-			return nil, errors.New("node is not installed in this sandbox")
-		}
 		// --expose-internals gives the kernel the REPL's top-level await transform.
 		path, argv = a.node, []string{"node", "--expose-internals", "-e", nodeKernelSource}
 	}
-	var ends [4][2]*os.File // stdin, stdout, stderr, status: [read, write]
-	for i := range ends {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		ends[i] = [2]*os.File{r, w}
+	ends, err := openPipes(4) // stdin, stdout, stderr, status: [read, write]
+	if err != nil {
+		return nil, err
 	}
-	p, exit, err := a.reaper.start(path, argv, &os.ProcAttr{
-		Dir:   workspace,
-		Env:   env,
-		Files: []*os.File{ends[0][0], ends[1][1], ends[2][1], ends[3][1]},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
+	pid, exit, err := a.spawn(path, argv, env, []*os.File{ends[0][0], ends[1][1], ends[2][1], ends[3][1]})
 	ends[0][0].Close()
 	ends[1][1].Close()
 	ends[2][1].Close()
@@ -316,10 +304,8 @@ func (a *Agent) streamKernel(lang string, env []string) (*streamKernel, error) {
 		ends[3][0].Close()
 		return nil, fmt.Errorf("start %s kernel: %w", lang, err)
 	}
-	os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", p.Pid), []byte("1000"), 0)
-	k := &streamKernel{lang: lang, pid: p.Pid, stdin: ends[0][1], stdout: ends[1][0], stderr: ends[2][0],
+	k := &streamKernel{lang: lang, pid: pid, stdin: ends[0][1], stdout: ends[1][0], stderr: ends[2][0],
 		status: bufio.NewReader(ends[3][0]), statusFile: ends[3][0], exit: exit}
-	p.Release()
 	if _, err := k.stdin.WriteString(init); err != nil {
 		k.close()
 		return nil, err
@@ -510,14 +496,12 @@ type cellPipes struct {
 }
 
 func (p *cellPipes) open() error {
-	for _, pair := range [][2]**os.File{{&p.outR, &p.outW}, {&p.errR, &p.errW}, {&p.reqR, &p.reqW}, {&p.resR, &p.resW}} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			p.close()
-			return err
-		}
-		*pair[0], *pair[1] = r, w
+	ps, err := openPipes(4)
+	if err != nil {
+		return err
 	}
+	p.outR, p.outW, p.errR, p.errW = ps[0][0], ps[0][1], ps[1][0], ps[1][1]
+	p.reqR, p.reqW, p.resR, p.resW = ps[2][0], ps[2][1], ps[3][0], ps[3][1]
 	return nil
 }
 

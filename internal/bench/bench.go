@@ -70,13 +70,18 @@ func measure(ctx context.Context, n, conc int, fn func(context.Context) error) F
 	}
 	wg.Wait()
 	total := time.Since(start)
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	f := Figures{N: n, Failures: failures, Throughput: float64(len(lat)) / total.Seconds()}
-	if len(lat) > 0 {
-		f.P50 = lat[len(lat)/2]
-		f.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
-	}
+	f.P50, f.P99 = percentiles(lat)
 	return f
+}
+
+// percentiles sorts lat and returns its median and 99th percentile.
+func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 }
 
 // HTTPRunner posts snippets to /v1/execute.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"sort"
 	"strings"
 	"time"
 )
@@ -83,10 +82,9 @@ func timed(n int, fn func() (time.Duration, error)) Figures {
 		lat = append(lat, d)
 		busy += d
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	f := Figures{N: n, Failures: failures}
+	f.P50, f.P99 = percentiles(lat)
 	if len(lat) > 0 {
-		f.P50, f.P99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 		f.Throughput = float64(len(lat)) / busy.Seconds()
 	}
 	return f
@@ -138,11 +136,16 @@ func RunSessions(ctx context.Context, c SessionConfig) error {
 		return clock(func() error {
 			var info struct{ ID string }
 			err := c.call(ctx, "POST", "/v1/sandboxes", map[string]any{"runtime": c.Runtime}, &info)
-			ids = append(ids, info.ID)
+			if err == nil {
+				ids = append(ids, info.ID)
+			}
 			return err
 		})
 	})
 	row("session create (warm pool)", label, create, &baseStart)
+	if len(ids) == 0 {
+		return fmt.Errorf("no %s session could be created", c.Runtime)
+	}
 	for _, id := range ids[1:] {
 		c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
 	}
@@ -290,8 +293,8 @@ func RunDisplay(ctx context.Context, c SessionConfig) error {
 		}
 	}
 	defer c.call(ctx, "DELETE", "/v1/sandboxes/"+id, nil, nil)
-	start := timed(len(starts), func() (time.Duration, error) { d := starts[0]; starts = starts[1:]; return d, nil })
-	fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms\n", "display start (Xvfb 1280x800x24)", label, ms(start.P50), ms(start.P99))
+	p50, p99 := percentiles(starts)
+	fmt.Fprintf(c.Out, "%-44s %-16s p50 %7.2f ms  p99 %7.2f ms\n", "display start (Xvfb 1280x800x24)", label, ms(p50), ms(p99))
 	code := "import tkinter as tk\nroot = tk.Tk()\nroot.geometry('600x400+100+100')\ntk.Label(root, text='codecell', font=('TkDefaultFont', 40)).pack()\nroot.update()"
 	if err := c.call(ctx, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"code": code}, nil); err != nil {
 		return err
