@@ -86,10 +86,13 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	preload := fs.String("preload", "", "comma-separated Python modules to import in the zygote")
 	gvisor := fs.Bool("gvisor", false, "the sandbox runs under gVisor")
+	proxyListen := fs.String("proxy-listen", "", "loopback address to serve the egress proxy on")
+	proxySocket := fs.String("proxy-socket", "", "unix socket of the host's egress proxy")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := agent.Run(stdin, stdout, agent.Options{Preload: config.SplitList(*preload), GVisor: *gvisor}); err != nil {
+	if err := agent.Run(stdin, stdout, agent.Options{Preload: config.SplitList(*preload), GVisor: *gvisor,
+		ProxyListen: *proxyListen, ProxySocket: *proxySocket}); err != nil {
 		slog.New(slog.NewTextHandler(stderr, nil)).Error("agent", "err", err)
 		return 1
 	}

@@ -62,6 +62,11 @@ func Run(in io.Reader, out io.Writer, opts Options) error {
 	a := &Agent{env: os.Environ(), reaper: newReaper(), out: json.NewEncoder(bw), ipc: ipcCleaner{byID: opts.GVisor}, cancels: map[uint64]chan struct{}{}}
 	flush := func() { bw.Flush() }
 	a.node, _ = exec.LookPath("node")
+	if opts.ProxyListen != "" {
+		if err := serveProxy(opts.ProxyListen, opts.ProxySocket); err != nil {
+			fmt.Fprintf(os.Stderr, "agent: %v\n", err)
+		}
+	}
 
 	ready := Ready{}
 	if python, err := exec.LookPath("python3"); err == nil {

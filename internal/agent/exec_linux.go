@@ -143,7 +143,7 @@ func (a *Agent) run(req *ExecRequest, emit func(stream string, data []byte)) (*E
 			err = fmt.Errorf("python is not available in this sandbox")
 			break
 		}
-		body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(env), "cwd": workspace})
+		body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(env), "cwd": workspace, "allowed_imports": req.AllowedImports})
 		var run *spawnedRun
 		if run, err = a.zygote.run(stdio, body); err == nil {
 			pid, exit, reported = run.pid, run.exit, readStatus(run.status)

@@ -162,7 +162,7 @@ func (a *Agent) pythonCell(req *ExecRequest, emit func(string, []byte)) (*ExecRe
 	}
 	settle := cmp.Or(req.SettleMs, 300)
 	body, _ := json.Marshal(map[string]any{"code": req.Code, "env": envMap(a.envFor(req)),
-		"capture_screenshot": req.CaptureScreenshot, "settle_ms": settle})
+		"capture_screenshot": req.CaptureScreenshot, "settle_ms": settle, "allowed_imports": req.AllowedImports})
 	// While the cell runs, the kernel may ask for the screen before the code
 	// destroys its windows.
 	var early []byte

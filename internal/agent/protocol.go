@@ -126,6 +126,10 @@ type ExecRequest struct {
 	// Display (a WIDTHxHEIGHTxDEPTH screen) starts the sandbox's X server
 	// first, if it is not running; it then stays for later runs.
 	Display string `json:"display,omitempty"`
+	// AllowedImports, when set, makes Python refuse to import any other
+	// top-level module from the run's own code (a guard-rail for agents,
+	// not a boundary); for a kernel, the first run's list holds.
+	AllowedImports []string `json:"allowed_imports,omitempty"`
 
 	cancel <-chan struct{} // closed when the host cancels the request
 }
@@ -221,4 +225,9 @@ const (
 type Options struct {
 	Preload []string // Python modules the zygote imports before the first run
 	GVisor  bool     // the sandbox runs under gVisor, whose IPC calls differ from Linux's
+	// ProxyListen is a TCP address on the sandbox's loopback whose
+	// connections the agent carries to ProxySocket, the host's egress proxy
+	// for this sandbox. Programs use it as HTTP(S)_PROXY; when the host has
+	// not opened the socket they get a 403 that says so.
+	ProxyListen, ProxySocket string
 }

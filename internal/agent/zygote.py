@@ -110,6 +110,22 @@ def _set_environ(env):
         if os.environ.get(k) != v:
             os.environ[k] = v
 
+def _guard_imports(allowed):
+    # A guard-rail for agents that follow rules, not a security boundary
+    # (importlib and friends walk around it; the sandbox is the boundary).
+    # Only the user's own imports are checked: a module it may use imports
+    # whatever it needs.
+    allowed = frozenset(allowed)
+    shown = sorted(allowed)
+    real = builtins.__import__
+    def guarded(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (globals is None or globals.get("__name__") == "__main__"):
+            parts = name.split(".")
+            if not any(".".join(parts[:i]) in allowed for i in range(1, len(parts) + 1)):
+                raise ImportError(f"import of {parts[0]!r} is not allowed; allowed: {shown}", name=name)
+        return real(name, globals, locals, fromlist, level)
+    builtins.__import__ = guarded
+
 def _read_all(fd):
     chunks = []
     while chunk := os.read(fd, 1 << 16):
@@ -230,6 +246,8 @@ def _kernel(sock):
         req = json.loads(_read_all(reqfd))
         if n == 1 and req.get("env") is not None:
             _set_environ(req["env"])  # the session's environment, once, before its first cell
+            if req.get("allowed_imports") is not None:
+                _guard_imports(req["allowed_imports"])
             if os.environ.get("DISPLAY"):
                 gui = _GUI(sock)
         os.dup2(out, 1)
@@ -427,6 +445,8 @@ for _i, _fd in enumerate((_stdin, _stdout, _stderr)):
 if _req.get("cwd"):
     os.chdir(_req["cwd"])
 _set_environ(_req.get("env") or {})
+if _req.get("allowed_imports") is not None:
+    _guard_imports(_req["allowed_imports"])
 
 def _exit_code(e):
     # CPython's handle_system_exit: None is 0, an int is itself, anything else

@@ -40,6 +40,9 @@ func loadConfig(name string, args []string, env Env, extra func(*flag.FlagSet)) 
 		return cfg, fs, UsageError{err}
 	}
 	cfg.Finish()
+	if err := cfg.LoadTemplates(); err != nil {
+		return cfg, fs, UsageError{err}
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fs, UsageError{err}
 	}

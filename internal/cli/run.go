@@ -53,7 +53,7 @@ func Run(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, err
 	}
 	defer m.Close()
-	res, err := m.Execute(ctx, rt, &agent.ExecRequest{
+	res, _, err := m.Execute(ctx, sandbox.Target{Runtime: rt}, &agent.ExecRequest{
 		Language: lang, Code: code, TimeoutMs: cfg.Timeout.Milliseconds(), OutputCap: cfg.OutputCap,
 	}, nil)
 	if err != nil {

@@ -47,6 +47,17 @@ type Config struct {
 	WSPingInterval     time.Duration // WebSocket keep-alive; a peer silent this long twice is dropped
 	OpenEnvDisplay     bool          // OpenEnv's sessions get an X server (for capture_screenshot)
 
+	PipIndexURL      string        // pip's --index-url for package layers
+	PipExtraIndexURL string        // pip's --extra-index-url; "" for none
+	NPMRegistry      string        // npm's --registry
+	PackageHosts     []string      // more hosts the build sandbox may reach (a mirror's file host)
+	LayerBudgetMB    int64         // disk for package layers; least recently used ones go beyond it
+	BuildTimeout     time.Duration // longest a layer's install may take
+	PackagePoolIdle  time.Duration // a package set's warm pool unused this long is closed
+
+	TemplatesFile string              // YAML or JSON file of named templates
+	Templates     map[string]Template // read from TemplatesFile by Load
+
 	afterParse func()
 }
 
@@ -83,6 +94,12 @@ func Default() Config {
 		SessionMaxLifetime: 24 * time.Hour,
 		WSPingInterval:     15 * time.Second,
 		OpenEnvDisplay:     true,
+
+		PipIndexURL:     "https://pypi.org/simple/",
+		NPMRegistry:     "https://registry.npmjs.org/",
+		LayerBudgetMB:   10240,
+		BuildTimeout:    10 * time.Minute,
+		PackagePoolIdle: 10 * time.Minute,
 	}
 }
 
@@ -186,8 +203,18 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.SessionMaxLifetime, "session-max-lifetime", "SESSION_MAX_LIFETIME", "longest (and default) life of a session")
 	num(&c.OpenEnvDisplay, "openenv-display", "OPENENV_DISPLAY", "give OpenEnv's sessions a display (1280x800x24), so steps that ask for capture_screenshot get one")
 	num(&c.WSPingInterval, "ws-ping-interval", "WS_PING_INTERVAL", "how often WebSocket peers are pinged; one that does not answer within the same time is dropped and its session freed")
-	// Parsed values land in the struct after fs.Parse; these two need converting.
+	str(&c.PipIndexURL, "pip-index-url", "PIP_INDEX_URL", "Python package index (PEP 503 simple API) layers are installed from")
+	str(&c.PipExtraIndexURL, "pip-extra-index-url", "PIP_EXTRA_INDEX_URL", "a second Python package index, searched too")
+	str(&c.NPMRegistry, "npm-registry", "NPM_REGISTRY", "npm registry layers are installed from")
+	hosts := strings.Join(c.PackageHosts, ",")
+	str(&hosts, "package-hosts", "PACKAGE_HOSTS", "comma-separated hosts the install sandbox may reach besides the index and registry (files.pythonhosted.org is added for pypi.org)")
+	num(&c.LayerBudgetMB, "layer-budget-mb", "LAYER_BUDGET_MB", "disk for package layers, MiB; beyond it the least recently used unused layers are removed")
+	num(&c.BuildTimeout, "build-timeout", "BUILD_TIMEOUT", "longest a package layer's install may take")
+	num(&c.PackagePoolIdle, "package-pool-idle", "PACKAGE_POOL_IDLE", "a package set's warm sandbox pool unused this long is closed")
+	str(&c.TemplatesFile, "templates", "TEMPLATES", "YAML or JSON file of named sandbox templates")
+	// Parsed values land in the struct after fs.Parse; these need converting.
 	c.afterParse = func() {
+		c.PackageHosts = SplitList(hosts)
 		c.Preload = SplitList(preload)
 		c.UserNSBase = uint32(base)
 		c.SandboxUID = uint32(uid)
@@ -267,6 +294,25 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxUID == 0 {
 		bad("sandbox-uid 0: code must not run as root")
+	}
+	for name, u := range map[string]string{"pip-index-url": c.PipIndexURL, "pip-extra-index-url": c.PipExtraIndexURL, "npm-registry": c.NPMRegistry} {
+		if u == "" && name == "pip-extra-index-url" {
+			continue
+		}
+		if err := checkIndexURL(u); err != nil {
+			bad("%s %q: %v", name, u, err)
+		}
+	}
+	if c.LayerBudgetMB < 1 {
+		bad("layer-budget-mb %d: must be at least 1", c.LayerBudgetMB)
+	}
+	if c.BuildTimeout <= 0 || c.PackagePoolIdle <= 0 {
+		bad("build-timeout %s and package-pool-idle %s: must be more than 0", c.BuildTimeout, c.PackagePoolIdle)
+	}
+	for name, t := range c.Templates {
+		if err := t.check(name, c); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

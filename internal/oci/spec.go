@@ -15,7 +15,23 @@ const (
 	AgentDir  = "/.codecell"
 	AgentPath = AgentDir + "/codecell"
 	Workspace = "/workspace"
+
+	// NetDir holds the sandbox's only way out, the unix socket of its egress
+	// proxy gate (when the host opened one); the agent serves it to programs
+	// on ProxyListen.
+	NetDir      = AgentDir + "/net"
+	ProxySocket = NetDir + "/proxy.sock"
+	ProxyListen = "127.0.0.1:3128"
+	// LayerDir holds the package layers a sandbox was made with, read-only:
+	// LayerDir/python is on PYTHONPATH, LayerDir/node/node_modules on NODE_PATH.
+	LayerDir = AgentDir + "/layers"
+	// BuildDir is where a build sandbox writes the layer it installs.
+	BuildDir = AgentDir + "/build"
 )
+
+// MountPoints are the directories the read-only root must already have for
+// the mounts above.
+var MountPoints = []string{NetDir, LayerDir + "/python", LayerDir + "/node", BuildDir}
 
 // Options are the knobs of one sandbox. Zero values are not defaults: the
 // caller (sandbox package, fed from config) fills every field.
@@ -32,7 +48,9 @@ type Options struct {
 	AgentBinary string
 	Args        []string
 	Env         []string
-	UID, GID    uint32
+	// Mounts come after the standard ones (package layers, the net dir).
+	Mounts   []specs.Mount
+	UID, GID uint32
 
 	MemoryBytes    int64
 	PidsLimit      int64
@@ -82,6 +100,7 @@ func Build(opts Options) *specs.Spec {
 		specs.Mount{Destination: Workspace, Type: "tmpfs", Source: "tmpfs", Options: append(noSuid, "mode=0755", fmt.Sprintf("uid=%d", opts.UID), fmt.Sprintf("gid=%d", opts.GID), fmt.Sprintf("size=%d", opts.WorkspaceBytes))},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: append(noSuid, "mode=1777", fmt.Sprintf("size=%d", opts.TmpBytes))},
 	)
+	mounts = append(mounts, opts.Mounts...)
 
 	period := uint64(100000)
 	quota := int64(opts.CPUs * float64(period))

@@ -51,6 +51,11 @@ func Prepare(dir string, uid, gid uint32) (Layout, error) {
 			return l, err
 		}
 	}
+	for _, d := range oci.MountPoints {
+		if err := os.MkdirAll(filepath.Join(l.Root, d), 0o755); err != nil {
+			return l, err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(l.Root, oci.AgentPath), nil, 0o755); err != nil {
 		return l, err
 	}

@@ -50,7 +50,9 @@ func New(name, stateDir string) (*Runtime, error) {
 		r = &Runtime{name: GVisor, binary: "runsc",
 			// gVisor has its own network stack; "none" leaves it only loopback.
 			// Seccomp from the spec is applied inside the sandbox on request.
-			global: []string{"--network=none"},
+			// host-uds=open lets a sandbox connect to the one host socket
+			// bound into it, its egress proxy gate.
+			global: []string{"--network=none", "--host-uds=open"},
 			adjust: func(s *specs.Spec) {
 				// The sentry runs its own user namespace; a spec user namespace
 				// with mappings is not supported by this runsc.

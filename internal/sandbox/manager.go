@@ -10,11 +10,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/config"
 	"github.com/codecell/codecell/internal/errdefs"
 	"github.com/codecell/codecell/internal/oci"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/rootfs"
 	"github.com/codecell/codecell/internal/runtime"
 )
@@ -31,6 +33,14 @@ type Manager struct {
 
 	sharedMu sync.Mutex
 	shared   map[string]*Sandbox // long-lived sandboxes by name and runtime
+
+	env       *packages.Env   // what the sandbox image has
+	store     *packages.Store // package layers
+	templates map[string]*template
+	dynMu     sync.Mutex
+	dynamic   map[string]*dynamicPool // package sets' pools, by runtime and layers
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // NewManager prepares the data directory, removes what a previous daemon left
@@ -71,7 +81,8 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	if err != nil {
 		return nil, err
 	}
-	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, disabled: map[string]error{}, shared: map[string]*Sandbox{}, log: log}
+	m = &Manager{cfg: cfg, dataDir: dataDir, runtimes: map[string]*runtime.Runtime{}, pools: map[string]*Pool{}, disabled: map[string]error{}, shared: map[string]*Sandbox{},
+		templates: map[string]*template{}, dynamic: map[string]*dynamicPool{}, stop: make(chan struct{}), log: log}
 	m.spec = Spec{
 		Preload: cfg.Preload,
 		Options: oci.Options{
@@ -98,6 +109,12 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 			m.Close()
 		}
 	}()
+	if m.env, err = packages.Probe(ctx, m.spec.Options.Env); err != nil {
+		return nil, err
+	}
+	if m.store, err = packages.NewStore(filepath.Join(dataDir, "layers"), cfg.LayerBudgetMB<<20, cfg.BuildTimeout, m.buildLayer, log); err != nil {
+		return nil, err
+	}
 	for name, size := range poolSizes {
 		if size <= 0 {
 			continue
@@ -120,10 +137,31 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 		removeCgroup(cg)
 	}
 	for name, rt := range m.runtimes {
-		m.pools[name] = NewPool(name, poolSizes[name], cfg.MaxReuse, cfg.QueueSize, func(ctx context.Context) (*Sandbox, error) {
-			return create(ctx, rt, dataDir, m.spec, log)
+		m.pools[name] = NewPool(name, name, poolSizes[name], cfg.MaxReuse, cfg.QueueSize, func(ctx context.Context) (*Sandbox, error) {
+			sb, err := create(ctx, rt, dataDir, m.spec, log)
+			if err == nil {
+				sb.Limits = Limits{MemoryMB: cfg.MemoryMB, CPUs: cfg.CPUs, PIDs: cfg.Pids}
+			}
+			return sb, err
 		}, log)
 	}
+	if err := m.startTemplates(); err != nil {
+		return nil, err
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		tick := time.NewTicker(min(cfg.PackagePoolIdle/2, time.Minute))
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-tick.C:
+				m.closeIdlePools(cfg.PackagePoolIdle)
+			}
+		}
+	}()
 	return m, nil
 }
 
@@ -191,33 +229,58 @@ func (m *Manager) pool(name string) (*Pool, error) {
 	return p, nil
 }
 
-// Execute runs one stateless request in a warm sandbox of the given runtime.
-func (m *Manager) Execute(ctx context.Context, runtimeName string, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, error) {
-	p, err := m.pool(runtimeName)
+// Execute runs one stateless request in a warm sandbox of the target's kind.
+func (m *Manager) Execute(ctx context.Context, t Target, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, Placed, error) {
+	p, placed, err := m.poolFor(ctx, t)
 	if err != nil {
-		return nil, err
+		return nil, placed, err
 	}
 	sb, err := p.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, placed, err
+	}
+	if err := prepare(sb, t, req); err != nil {
+		p.Release(sb)
+		return nil, placed, err
 	}
 	res, err := sb.Exec(ctx, req, onOutput)
+	if t.Network != nil {
+		res.addNetwork(sb.NetworkStats())
+		sb.CloseNetwork()
+	}
 	p.Release(sb)
 	if err != nil && errors.Is(err, errdefs.ErrUnavailable) {
-		return nil, fmt.Errorf("sandbox %s died during the run: %w", sb.ID, err)
+		return nil, placed, fmt.Errorf("sandbox %s died during the run: %w", sb.ID, err)
 	}
-	return res, err
+	return res, placed, err
 }
 
-// Claim takes a warm sandbox of the runtime out of its pool for good (a
-// session's); the caller destroys it.
-func (m *Manager) Claim(ctx context.Context, runtimeName string) (*Sandbox, error) {
-	p, err := m.pool(runtimeName)
+// Claim takes a warm sandbox of the target's kind out of its pool for good
+// (a session's); the caller destroys it. Its network gate, if the target
+// has one, is open; the caller runs with ProxyEnv.
+func (m *Manager) Claim(ctx context.Context, t Target) (*Sandbox, Placed, error) {
+	p, placed, err := m.poolFor(ctx, t)
 	if err != nil {
-		return nil, err
+		return nil, placed, err
 	}
-	return p.Claim(ctx)
+	sb, err := p.Claim(ctx)
+	if err != nil {
+		return nil, placed, err
+	}
+	if t.Network != nil {
+		if err := sb.OpenNetwork(t.Network); err != nil {
+			sb.Destroy(ctx)
+			return nil, placed, err
+		}
+	}
+	return sb, placed, nil
 }
+
+// Layers lists the package layers on disk.
+func (m *Manager) Layers() []packages.LayerInfo { return m.store.List() }
+
+// DeleteLayer removes a layer no sandbox uses.
+func (m *Manager) DeleteLayer(key string) error { return m.store.Delete(key) }
 
 // ExecuteShared runs a request in the long-lived sandbox called name, claimed
 // from the runtime's pool on first use. Unlike Execute's, its /workspace is
@@ -262,20 +325,38 @@ func (m *Manager) WaitReady(ctx context.Context) error {
 	return nil
 }
 
-// Stats reports each pool.
+// Stats reports each pool: runtimes', templates' and package sets'.
 func (m *Manager) Stats() map[string]Stats {
 	out := map[string]Stats{}
 	for n, p := range m.pools {
 		out[n] = p.Stats()
 	}
+	for _, t := range m.templates {
+		out[t.pool.name] = t.pool.Stats()
+	}
+	m.dynMu.Lock()
+	for _, d := range m.dynamic {
+		out[d.pool.name] = d.pool.Stats()
+	}
+	m.dynMu.Unlock()
 	return out
 }
 
 // Close destroys every sandbox.
 func (m *Manager) Close() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	m.wg.Wait()
 	for _, p := range m.pools {
 		p.Close()
 	}
+	for _, t := range m.templates {
+		t.pool.Close()
+	}
+	m.closeIdlePools(-1)
 	m.sharedMu.Lock()
 	defer m.sharedMu.Unlock()
 	for key, sb := range m.shared {

@@ -17,6 +17,7 @@ import (
 // scrub fails. Replacements are made in the background, off the request path.
 type Pool struct {
 	name     string
+	runtime  string
 	create   func(context.Context) (*Sandbox, error)
 	idle     chan *Sandbox
 	maxReuse int
@@ -36,9 +37,9 @@ type Pool struct {
 }
 
 // NewPool starts filling a pool of size sandboxes.
-func NewPool(name string, size, maxReuse, queue int, create func(context.Context) (*Sandbox, error), log *slog.Logger) *Pool {
+func NewPool(name, runtime string, size, maxReuse, queue int, create func(context.Context) (*Sandbox, error), log *slog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{name: name, create: create, idle: make(chan *Sandbox, size), maxReuse: maxReuse,
+	p := &Pool{name: name, runtime: runtime, create: create, idle: make(chan *Sandbox, size), maxReuse: maxReuse,
 		queue: int64(queue), log: log.With("pool", name), ctx: ctx, cancel: cancel, all: map[*Sandbox]bool{}, failed: make(chan struct{})}
 	for range size {
 		p.refill()

@@ -22,9 +22,12 @@ import (
 
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/agentclient"
+	"github.com/codecell/codecell/internal/egress"
 	"github.com/codecell/codecell/internal/errdefs"
 	"github.com/codecell/codecell/internal/oci"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/runtime"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // cgroupParent groups every sandbox's cgroup, so leftovers are easy to find.
@@ -36,6 +39,8 @@ type Sandbox struct {
 	Runtime string
 	Ready   agent.Ready
 	Created time.Time
+	Limits  Limits             // as created
+	Display *agent.DisplayInfo // started at creation (a template's), or nil
 
 	rt        *runtime.Runtime
 	ctr       *runtime.Container
@@ -43,6 +48,9 @@ type Sandbox struct {
 	bundle    string
 	cgroup    string
 	uses      atomic.Int64 // runs started in it
+	gate      atomic.Pointer[egress.Gate]
+	layers    []*packages.Layer // mounted
+	release   func()            // ends the layers' use, on Destroy
 	destroyed sync.Once
 	log       *slog.Logger
 }
@@ -73,10 +81,17 @@ func create(ctx context.Context, rt *runtime.Runtime, dataDir string, spec Spec,
 	if err := os.MkdirAll(bundle, 0o711); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
+	// The net dir is empty until the host opens this sandbox's egress gate.
+	if err := os.Mkdir(sb.netDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("create net dir: %w", err)
+	}
 	opts := spec.Options
 	opts.Hostname = "sandbox"
 	opts.CgroupsPath = "/" + sb.cgroup
-	opts.Args = []string{oci.AgentPath, "agent", "--preload", strings.Join(spec.Preload, ",")}
+	opts.Mounts = append(append([]specs.Mount(nil), opts.Mounts...),
+		specs.Mount{Destination: oci.NetDir, Type: "bind", Source: sb.netDir(), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	opts.Args = []string{oci.AgentPath, "agent", "--preload", strings.Join(spec.Preload, ","),
+		"--proxy-listen", oci.ProxyListen, "--proxy-socket", oci.ProxySocket}
 	if rt.Name() == runtime.GVisor {
 		opts.Args = append(opts.Args, "--gvisor")
 	}
@@ -163,8 +178,12 @@ func (sb *Sandbox) Destroy(ctx context.Context) {
 				sb.log.Warn("sandbox runtime process did not exit")
 			}
 		}
+		sb.CloseNetwork()
 		removeCgroup(sb.cgroup)
 		os.RemoveAll(sb.bundle)
+		if sb.release != nil {
+			sb.release()
+		}
 	})
 }
 
@@ -256,7 +275,8 @@ const (
 // Result is a finished run with its status.
 type Result struct {
 	agent.ExecResult
-	Status string
+	Status  string
+	Network *egress.Stats // the run's egress, when it had network access
 }
 
 func classify(r *agent.ExecResult, oomKilled bool) string {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"math"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/egress"
 	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
 )
 
@@ -31,6 +34,27 @@ type ExecuteRequest struct {
 	Env      map[string]string `json:"env"`
 	Runtime  string            `json:"runtime"`
 	Display  bool              `json:"display"`
+	Provisioning
+}
+
+// Provisioning are the request fields that say what a sandbox is made
+// with and may reach, shared by runs and sessions.
+type Provisioning struct {
+	Template       string           `json:"template"`
+	Packages       packages.Request `json:"packages"`
+	Network        *NetworkRequest  `json:"network"`
+	AllowedImports []string         `json:"allowed_imports"`
+}
+
+// NetworkRequest is a sandbox's egress allow-list.
+type NetworkRequest struct {
+	Allow []string `json:"allow"`
+}
+
+// PackagesInfo is what a request's packages came to.
+type PackagesInfo struct {
+	packages.Plan
+	Layers []sandbox.LayerUse `json:"layers"`
 }
 
 // ExecuteResponse is how a run ended.
@@ -44,6 +68,9 @@ type ExecuteResponse struct {
 	DurationMs float64 `json:"duration_ms"`
 	CPUMs      float64 `json:"cpu_ms"`
 	MaxRSSKB   int64   `json:"max_rss_kb"`
+
+	Packages *PackagesInfo `json:"packages,omitempty"`
+	Network  *egress.Stats `json:"network,omitempty"`
 }
 
 func invalid(format string, a ...any) error {
@@ -139,9 +166,81 @@ func checkRelPath(name string) error {
 	return nil
 }
 
+// target checks what a request asks its sandbox to be made with, a
+// template's settings filling what the request leaves out.
+func (s *Server) target(runtime string, p Provisioning) (sandbox.Target, error) {
+	t := sandbox.Target{Runtime: runtime, Template: p.Template, Allowed: p.AllowedImports}
+	var allow []string
+	if p.Network != nil {
+		allow = p.Network.Allow
+	}
+	if p.Template != "" {
+		tpl, err := s.mgr.Template(p.Template)
+		if err != nil {
+			return t, err
+		}
+		if t.Allowed == nil {
+			t.Allowed = tpl.AllowedImports
+		}
+		if p.Network == nil && tpl.Network != nil {
+			allow = tpl.Network.Allow
+			p.Network = &NetworkRequest{}
+		}
+	}
+	if p.Network != nil {
+		policy, err := egress.Parse(allow)
+		if err != nil {
+			return t, err
+		}
+		t.Network = policy
+	}
+	if err := checkImports(t.Allowed); err != nil {
+		return t, err
+	}
+	plan, err := s.mgr.Resolve(p.Packages)
+	if err != nil {
+		return t, err
+	}
+	t.Packages = plan
+	return t, nil
+}
+
+// checkImports accepts module names for allowed_imports.
+func checkImports(names []string) error {
+	for _, n := range names {
+		if !isModuleName(n) {
+			return invalid("allowed_imports entry %q is not a Python module name", n)
+		}
+	}
+	return nil
+}
+
+func isModuleName(n string) bool {
+	for _, part := range strings.Split(n, ".") {
+		if part == "" || !(part[0] == '_' || part[0] >= 'a' && part[0] <= 'z' || part[0] >= 'A' && part[0] <= 'Z') {
+			return false
+		}
+		for _, c := range part {
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// packagesInfo reports a request's packages, nil if it asked for none.
+func packagesInfo(req packages.Request, plan packages.Plan, placed sandbox.Placed) *PackagesInfo {
+	if req.Empty() {
+		return nil
+	}
+	return &PackagesInfo{Plan: plan, Layers: placed.Layers}
+}
+
 func toResponse(res *sandbox.Result) ExecuteResponse {
 	out := ExecuteResponse{Status: res.Status, ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr),
-		Truncated: res.StdoutTruncated || res.StderrTruncated, DurationMs: res.DurationMs, CPUMs: res.CPUMs, MaxRSSKB: res.MaxRSSKB}
+		Truncated: res.StdoutTruncated || res.StderrTruncated, DurationMs: res.DurationMs, CPUMs: res.CPUMs, MaxRSSKB: res.MaxRSSKB,
+		Network: res.Network}
 	if res.Signal != "" {
 		sig := res.Signal
 		out.Signal = &sig
@@ -165,10 +264,22 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := s.mgr.Execute(r.Context(), req.Runtime, areq, nil)
+	t, err := s.target(req.Runtime, req.Provisioning)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toResponse(res))
+	if req.Template != "" && !req.Display {
+		if tpl, _ := s.mgr.Template(req.Template); tpl.Display { // its runs see its screen
+			areq.Display = cmp.Or(tpl.Screen, defaultScreen)
+		}
+	}
+	res, placed, err := s.mgr.Execute(r.Context(), t, areq, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := toResponse(res)
+	out.Packages = packagesInfo(req.Packages, t.Packages, placed)
+	writeJSON(w, http.StatusOK, out)
 }

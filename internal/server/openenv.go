@@ -56,7 +56,7 @@ func (s *Server) handlePythonSandboxExec(w http.ResponseWriter, r *http.Request)
 		writeError(w, err)
 		return
 	}
-	res, err := s.mgr.Execute(r.Context(), "", areq, nil)
+	res, _, err := s.mgr.Execute(r.Context(), sandbox.Target{}, areq, nil)
 	if err != nil {
 		writeError(w, err)
 		return

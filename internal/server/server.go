@@ -14,13 +14,18 @@ import (
 	"github.com/codecell/codecell/api"
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/config"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/session"
 )
 
 // Executor runs code; *sandbox.Manager is the real one.
 type Executor interface {
-	Execute(ctx context.Context, runtime string, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, error)
+	Execute(ctx context.Context, t sandbox.Target, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, sandbox.Placed, error)
+	Resolve(req packages.Request) (packages.Plan, error)
+	Template(name string) (config.Template, error)
+	Layers() []packages.LayerInfo
+	DeleteLayer(key string) error
 	ExecuteShared(ctx context.Context, name, runtime string, req *agent.ExecRequest, onOutput func(string, []byte)) (*sandbox.Result, error)
 	Stats() map[string]sandbox.Stats
 }

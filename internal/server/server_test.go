@@ -12,6 +12,7 @@ import (
 	"github.com/codecell/codecell/internal/agent"
 	"github.com/codecell/codecell/internal/config"
 	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
 )
 
@@ -19,10 +20,16 @@ import (
 // what the server decides before a sandbox is involved.
 type refuseExecutor struct{ t testing.TB }
 
-func (r refuseExecutor) Execute(context.Context, string, *agent.ExecRequest, func(string, []byte)) (*sandbox.Result, error) {
+func (r refuseExecutor) Execute(context.Context, sandbox.Target, *agent.ExecRequest, func(string, []byte)) (*sandbox.Result, sandbox.Placed, error) {
 	r.t.Fatal("Execute reached")
-	return nil, nil
+	return nil, sandbox.Placed{}, nil
 }
+func (r refuseExecutor) Resolve(packages.Request) (packages.Plan, error) { return packages.Plan{}, nil }
+func (r refuseExecutor) Template(name string) (config.Template, error) {
+	return config.Template{}, errdefs.ErrInvalid
+}
+func (r refuseExecutor) Layers() []packages.LayerInfo { return nil }
+func (r refuseExecutor) DeleteLayer(string) error     { return errdefs.ErrNotFound }
 func (r refuseExecutor) ExecuteShared(context.Context, string, string, *agent.ExecRequest, func(string, []byte)) (*sandbox.Result, error) {
 	r.t.Fatal("ExecuteShared reached")
 	return nil, nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/egress"
 	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/session"
 )
@@ -27,6 +28,7 @@ type CreateSandboxRequest struct {
 	Display      bool              `json:"display"`
 	Screen       string            `json:"screen"`
 	MaxEpisodes  int               `json:"max_episodes"`
+	Provisioning
 }
 
 // SandboxExecRequest is the body of POST /v1/sandboxes/{id}/exec.
@@ -72,9 +74,23 @@ func (s *Server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	info, err := s.sessions.Create(r.Context(), session.Options{Runtime: req.Runtime, MemoryMB: req.MemoryMB,
+	opts := session.Options{Runtime: req.Runtime, MemoryMB: req.MemoryMB,
 		CPUs: req.CPUs, PIDs: req.PIDs, IdleTimeout: seconds(req.IdleTimeoutS), MaxLifetime: seconds(req.MaxLifetimeS),
-		MaxEpisodes: req.MaxEpisodes, Env: req.Env, Display: req.Display, Screen: req.Screen})
+		MaxEpisodes: req.MaxEpisodes, Env: req.Env, Display: req.Display, Screen: req.Screen,
+		Template: req.Template, Packages: req.Packages, AllowedImports: req.AllowedImports}
+	if req.Network != nil {
+		p, err := egress.Parse(req.Network.Allow)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		opts.Network = p
+	}
+	if err := checkImports(req.AllowedImports); err != nil {
+		writeError(w, err)
+		return
+	}
+	info, err := s.sessions.Create(r.Context(), opts)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -10,12 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/egress"
 	"github.com/codecell/codecell/internal/errdefs"
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
 )
 
@@ -31,6 +34,12 @@ type Options struct {
 	Env         map[string]string
 	Display     bool   // an X server in the sandbox
 	Screen      string // its WIDTHxHEIGHTxDEPTH
+
+	Template       string           // a configured template's sandbox
+	Packages       packages.Request // installed into layers mounted at creation
+	Network        *egress.Policy   // nil: no network
+	AllowedImports []string         // Python's import guard-rail; nil: any
+	plan           packages.Plan    // Packages resolved
 }
 
 // Info is a session as the API shows it.
@@ -53,6 +62,17 @@ type Info struct {
 	MaxEpisodes  int                `json:"max_episodes"`
 	Env          map[string]string  `json:"env,omitempty"`
 	Display      *agent.DisplayInfo `json:"display"` // null without one
+
+	Template       string        `json:"template,omitempty"`
+	Packages       *PackagesInfo `json:"packages,omitempty"`
+	Network        *egress.Stats `json:"network"` // null: no network
+	AllowedImports []string      `json:"allowed_imports,omitempty"`
+}
+
+// PackagesInfo is what a session's packages came to.
+type PackagesInfo struct {
+	packages.Plan
+	Layers []sandbox.LayerUse `json:"layers"`
 }
 
 // Session is one stateful sandbox.
@@ -70,6 +90,7 @@ type Session struct {
 	steps      int
 	episodes   int
 	lastExit   int
+	packages   *PackagesInfo
 }
 
 func (s *Session) info() Info {
@@ -84,7 +105,8 @@ func (s *Session) info() Info {
 		EpisodeID: s.episodeID, StepCount: s.steps, Episodes: s.episodes, LastExitCode: s.lastExit,
 		MemoryMB: s.opts.MemoryMB, CPUs: s.opts.CPUs, PIDs: s.opts.PIDs,
 		IdleTimeoutS: s.opts.IdleTimeout.Seconds(), MaxLifetimeS: s.opts.MaxLifetime.Seconds(),
-		MaxEpisodes: s.opts.MaxEpisodes, Env: s.opts.Env, Display: s.display}
+		MaxEpisodes: s.opts.MaxEpisodes, Env: s.opts.Env, Display: s.display,
+		Template: s.opts.Template, Packages: s.packages, Network: s.sb.NetworkStats(), AllowedImports: s.opts.AllowedImports}
 }
 
 // busy marks activity that keeps the session from idling out until done.
@@ -144,6 +166,43 @@ func newID(prefix string) string {
 // withDefaults checks opts against the limits and fills in what is unset.
 func (m *Manager) withDefaults(opts Options) (Options, error) {
 	l := m.limits
+	if opts.Template != "" {
+		t, err := m.sandboxes.Template(opts.Template)
+		if err != nil {
+			return opts, err
+		}
+		if opts.Runtime != "" && opts.Runtime != t.Runtime && t.Runtime != "" {
+			return opts, invalid("template %q runs on %s; leave runtime out", opts.Template, t.Runtime)
+		}
+		opts.Runtime = t.Runtime
+		if opts.MemoryMB == 0 {
+			opts.MemoryMB = t.MemoryMB
+		}
+		if opts.CPUs == 0 {
+			opts.CPUs = t.CPUs
+		}
+		if opts.PIDs == 0 {
+			opts.PIDs = t.PIDs
+		}
+		if !opts.Display && t.Display {
+			opts.Display, opts.Screen = true, t.Screen
+		}
+		if t.Env != nil {
+			env := maps.Clone(t.Env)
+			maps.Copy(env, opts.Env)
+			opts.Env = env
+		}
+		if opts.AllowedImports == nil {
+			opts.AllowedImports = t.AllowedImports
+		}
+		if opts.Network == nil && t.Network != nil {
+			p, err := egress.Parse(t.Network.Allow)
+			if err != nil {
+				return opts, err
+			}
+			opts.Network = p
+		}
+	}
 	if opts.Runtime == "" {
 		opts.Runtime = l.Defaults.Runtime
 	}
@@ -186,6 +245,11 @@ func (m *Manager) withDefaults(opts Options) (Options, error) {
 	if opts.MaxEpisodes < 0 {
 		return opts, invalid("max_episodes %d: must be 0 (no limit) or more", opts.MaxEpisodes)
 	}
+	plan, err := m.sandboxes.Resolve(opts.Packages)
+	if err != nil {
+		return opts, err
+	}
+	opts.plan = plan
 	return opts, nil
 }
 
@@ -201,12 +265,15 @@ func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
 	if full {
 		return Info{}, fmt.Errorf("the server holds its maximum of %d sessions; delete one or wait for one to idle out: %w", m.limits.MaxSessions, errdefs.ErrExhausted)
 	}
-	sb, disp, err := m.claim(ctx, opts)
+	sb, disp, placed, err := m.claim(ctx, opts)
 	if err != nil {
 		return Info{}, err
 	}
 	now := time.Now()
 	s := &Session{id: newID("sb-"), opts: opts, created: now, sb: sb, lastActive: now, episodeID: newID("ep-"), display: disp}
+	if !opts.Packages.Empty() {
+		s.packages = &PackagesInfo{Plan: opts.plan, Layers: placed.Layers}
+	}
 	m.mu.Lock()
 	m.sessions[s.id] = s
 	m.mu.Unlock()
@@ -216,26 +283,29 @@ func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
 
 // claim takes a sandbox from the pool and gives it the session's limits and
 // display.
-func (m *Manager) claim(ctx context.Context, opts Options) (*sandbox.Sandbox, *agent.DisplayInfo, error) {
-	sb, err := m.sandboxes.Claim(ctx, opts.Runtime)
+func (m *Manager) claim(ctx context.Context, opts Options) (*sandbox.Sandbox, *agent.DisplayInfo, sandbox.Placed, error) {
+	sb, placed, err := m.sandboxes.Claim(ctx, sandbox.Target{Runtime: opts.Runtime, Template: opts.Template, Packages: opts.plan, Network: opts.Network})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, placed, err
 	}
-	d := m.limits.Defaults
-	if opts.MemoryMB != d.MemoryMB || opts.CPUs != d.CPUs || opts.PIDs != d.PIDs {
+	if l := sb.Limits; opts.MemoryMB != l.MemoryMB || opts.CPUs != l.CPUs || opts.PIDs != l.PIDs {
 		if err := sb.SetLimits(opts.MemoryMB<<20, opts.CPUs, opts.PIDs); err != nil {
 			sb.Destroy(context.WithoutCancel(ctx))
-			return nil, nil, invalid("cannot apply the session's limits (%v); memory_mb must leave room for the Python zygote, about 100 MiB", err)
+			return nil, nil, placed, invalid("cannot apply the session's limits (%v); memory_mb must leave room for the Python zygote, about 100 MiB", err)
 		}
 	}
-	var disp *agent.DisplayInfo
-	if opts.Display {
+	disp := sb.Display
+	if opts.Display && disp != nil && fmt.Sprintf("%dx%dx%d", disp.Width, disp.Height, disp.Depth) != opts.Screen {
+		sb.Destroy(context.WithoutCancel(ctx))
+		return nil, nil, placed, invalid("template %q has a %dx%dx%d display; leave screen out or ask for that one", opts.Template, disp.Width, disp.Height, disp.Depth)
+	}
+	if opts.Display && disp == nil {
 		if disp, err = sb.StartDisplay(ctx, opts.Screen); err != nil {
 			sb.Destroy(context.WithoutCancel(ctx))
-			return nil, nil, fmt.Errorf("start the display: %w", err)
+			return nil, nil, placed, fmt.Errorf("start the display: %w", err)
 		}
 	}
-	return sb, disp, nil
+	return sb, disp, placed, nil
 }
 
 func (m *Manager) get(id string) (*Session, error) {
@@ -301,6 +371,12 @@ func (m *Manager) Exec(ctx context.Context, id string, req *agent.ExecRequest, o
 	s.mu.Unlock()
 	req.Kernel = true
 	req.Env = s.opts.Env
+	if s.opts.Network != nil {
+		env := sandbox.ProxyEnv(s.opts.Network)
+		maps.Copy(env, s.opts.Env)
+		req.Env = env
+	}
+	req.AllowedImports = s.opts.AllowedImports
 	res, err := sb.Exec(ctx, req, onOutput)
 	done()
 	if err != nil {
@@ -379,7 +455,7 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string) (Info, error)
 	sb, episodes := s.sb, s.episodes+1
 	s.mu.Unlock()
 	if s.opts.MaxEpisodes > 0 && episodes%s.opts.MaxEpisodes == 0 {
-		fresh, disp, err := m.claim(ctx, s.opts)
+		fresh, disp, _, err := m.claim(ctx, s.opts)
 		if err != nil {
 			done()
 			return Info{}, err
