@@ -26,6 +26,7 @@ type Stats struct {
 	Allow   []string `json:"allow"`
 	Allowed int64    `json:"allowed"`
 	Denied  int64    `json:"denied"`
+	Failed  int64    `json:"failed"` // allowed, but the host could not be reached
 }
 
 // Gate is one sandbox's proxy: a listener on a unix socket only that sandbox
@@ -38,7 +39,7 @@ type Gate struct {
 	dialer  net.Dialer
 	log     *slog.Logger
 
-	allowed, denied atomic.Int64
+	allowed, denied, failed atomic.Int64
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool // tunnels, closed with the gate
@@ -67,7 +68,7 @@ func Open(path, sandbox string, policy *Policy, log *slog.Logger) (*Gate, error)
 
 // Stats reports the gate's policy and counts.
 func (g *Gate) Stats() Stats {
-	return Stats{Allow: g.policy.Entries(), Allowed: g.allowed.Load(), Denied: g.denied.Load()}
+	return Stats{Allow: g.policy.Entries(), Allowed: g.allowed.Load(), Denied: g.denied.Load(), Failed: g.failed.Load()}
 }
 
 // Close stops the gate and cuts every connection through it.
@@ -149,6 +150,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Transport: &http.Transport{DialContext: g.dialer.DialContext, DisableKeepAlives: true,
 			ResponseHeaderTimeout: 5 * time.Minute},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.failed.Add(1)
 			http.Error(w, fmt.Sprintf("codecell: cannot reach %s: %v", dest, err), http.StatusBadGateway)
 		},
 	}
@@ -181,6 +183,7 @@ func (g *Gate) tunnel(w http.ResponseWriter, r *http.Request) {
 	upstream, err := g.dialer.DialContext(ctx, "tcp", dest)
 	cancel()
 	if err != nil {
+		g.failed.Add(1)
 		reply(client, http.StatusBadGateway, fmt.Errorf("cannot reach %s: %v", dest, err))
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -47,6 +48,8 @@ type NPMPackage struct {
 type Server struct {
 	URL      string // http://127.0.0.1:port
 	Requests atomic.Int64
+	hitsMu   sync.Mutex
+	hits     map[string]int
 	files    map[string][]byte
 	simple   map[string][]string // normalized project -> wheel file names
 	npm      map[string]map[string]any
@@ -64,7 +67,7 @@ func Start(wheels []Wheel, pkgs []NPMPackage) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), files: map[string][]byte{}, simple: map[string][]string{}, npm: map[string]map[string]any{}}
+	s := &Server{URL: "http://" + ln.Addr().String(), hits: map[string]int{}, files: map[string][]byte{}, simple: map[string][]string{}, npm: map[string]map[string]any{}}
 	for _, w := range wheels {
 		b, name, err := buildWheel(w)
 		if err != nil {
@@ -111,8 +114,18 @@ func (s *Server) PipIndex() string { return s.URL + "/simple/" }
 // NPMRegistry is the URL to give npm's --registry.
 func (s *Server) NPMRegistry() string { return s.URL + "/npm/" }
 
+// Hits is how many requests asked for path.
+func (s *Server) Hits(path string) int {
+	s.hitsMu.Lock()
+	defer s.hitsMu.Unlock()
+	return s.hits[path]
+}
+
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.Requests.Add(1)
+	s.hitsMu.Lock()
+	s.hits[r.URL.Path]++
+	s.hitsMu.Unlock()
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/files/"):

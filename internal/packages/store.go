@@ -293,6 +293,9 @@ func (s *Store) GC() {
 func (s *Store) Delete(key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, err := hex.DecodeString(key); err != nil || len(key) != 24 {
+		return fmt.Errorf("no layer %q: keys are 24 hex digits: %w", key, errdefs.ErrNotFound)
+	}
 	if _, err := s.load(key); err != nil {
 		return fmt.Errorf("no layer %q: %w", key, errdefs.ErrNotFound)
 	}

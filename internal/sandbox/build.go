@@ -89,11 +89,23 @@ func (m *Manager) buildLayer(ctx context.Context, kind string, reqs []string, di
 	if res.Status == StatusOK {
 		return nil
 	}
-	out := strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr))
+	out := tail(strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr)))
 	if res.Status == StatusTimeout {
-		return fmt.Errorf("the install took longer than %s (--build-timeout): %s: %w", m.cfg.BuildTimeout, tail(out), errdefs.ErrUnavailable)
+		return fmt.Errorf("the install took longer than %s (--build-timeout): %s: %w", m.cfg.BuildTimeout, out, errdefs.ErrUnavailable)
 	}
-	return fmt.Errorf("%s: %w", tail(out), classifyInstall(out))
+	// The gate saw whether the index answered: an index that is down is the
+	// server's problem (503), a package it does not have the request's (400).
+	if st := sb.NetworkStats(); st != nil && st.Failed > 0 {
+		return fmt.Errorf("the package index at %s cannot be reached: %s: %w", indexOf(kind, m.cfg), out, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("%s: %w", out, errdefs.ErrInvalid)
+}
+
+func indexOf(kind string, cfg config.Config) string {
+	if kind == packages.JavaScript {
+		return cfg.NPMRegistry
+	}
+	return strings.TrimSpace(cfg.PipIndexURL + " " + cfg.PipExtraIndexURL)
 }
 
 // installScript is the bash the build sandbox runs. Requirements passed
@@ -117,18 +129,6 @@ func installScript(kind string, reqs []string, cfg config.Config) string {
 		cmd += " --extra-index-url " + q(cfg.PipExtraIndexURL)
 	}
 	return cmd + " " + strings.Join(args, " ")
-}
-
-// classifyInstall tells an index that cannot be reached (the server's
-// problem, 503) from a package that does not exist or does not build (the
-// request's, 400) by what the installer said.
-func classifyInstall(out string) error {
-	for _, s := range []string{"ProxyError", "Connection refused", "ECONNREFUSED", "Bad Gateway", "ENOTFOUND", "ETIMEDOUT", "timed out", "cannot reach"} {
-		if strings.Contains(out, s) {
-			return errdefs.ErrUnavailable
-		}
-	}
-	return errdefs.ErrInvalid
 }
 
 // tail keeps the end of an installer's output, where its error is.

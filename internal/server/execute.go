@@ -283,3 +283,19 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	out.Packages = packagesInfo(req.Packages, t.Packages, placed)
 	writeJSON(w, http.StatusOK, out)
 }
+
+func (s *Server) handleListLayers(w http.ResponseWriter, r *http.Request) {
+	layers := s.mgr.Layers()
+	if layers == nil {
+		layers = []packages.LayerInfo{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"layers": layers})
+}
+
+func (s *Server) handleDeleteLayer(w http.ResponseWriter, r *http.Request) {
+	if err := s.mgr.DeleteLayer(r.PathValue("key")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

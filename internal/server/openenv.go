@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/session"
 )
@@ -196,11 +197,12 @@ func (s *Server) handleOpenEnvReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Seed      *int64  `json:"seed"`
-		EpisodeID *string `json:"episode_id"`
+		Seed              *int64   `json:"seed"`
+		EpisodeID         *string  `json:"episode_id"`
+		AdditionalImports []string `json:"additional_imports"`
 	}
 	if len(strings.TrimSpace(string(body))) > 0 && json.Unmarshal(body, &req) != nil {
-		validationError(w, []any{"body"}, "Input should be a valid dictionary with optional seed (integer) and episode_id (string)", "model_attributes_type")
+		validationError(w, []any{"body"}, "Input should be a valid dictionary with optional seed (integer), episode_id (string) and additional_imports (list of strings)", "model_attributes_type")
 		return
 	}
 	id, err := s.defaultSession(r.Context())
@@ -212,11 +214,31 @@ func (s *Server) handleOpenEnvReset(w http.ResponseWriter, r *http.Request) {
 	if req.EpisodeID != nil {
 		episode = *req.EpisodeID
 	}
-	if _, err := s.sessions.Reset(r.Context(), id, episode); err != nil {
+	info, err := s.sessions.Reset(r.Context(), id, episode, additionalImports(req.AdditionalImports))
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, emptyObservation())
+	writeJSON(w, http.StatusOK, resetObservation(info))
+}
+
+// additionalImports are coding_env's packages for an episode, by import
+// name; nil keeps the session's.
+func additionalImports(names []string) *packages.Request {
+	if names == nil {
+		return nil
+	}
+	return &packages.Request{Python: names}
+}
+
+// resetObservation is the empty observation a reset answers, with what the
+// episode's packages came to in its metadata.
+func resetObservation(info session.Info) openEnvObservation {
+	o := emptyObservation()
+	if info.Packages != nil {
+		o.Observation["metadata"] = map[string]any{"packages": info.Packages}
+	}
+	return o
 }
 
 func (s *Server) handleOpenEnvStep(w http.ResponseWriter, r *http.Request) {

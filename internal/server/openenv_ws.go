@@ -99,7 +99,8 @@ func (s *Server) handleOpenEnvWS(w http.ResponseWriter, r *http.Request) {
 		switch msg.Type {
 		case "reset":
 			var req struct {
-				EpisodeID *string `json:"episode_id"`
+				EpisodeID         *string  `json:"episode_id"`
+				AdditionalImports []string `json:"additional_imports"`
 			}
 			if len(msg.Data) > 0 && string(msg.Data) != "null" && json.Unmarshal(msg.Data, &req) != nil {
 				sendError("VALIDATION_ERROR", "reset data must be an object with an optional episode_id string", map[string]any{"errors": []validationDetail{{Loc: []any{"data"}, Msg: "Input should be a valid dictionary", Type: "dict_type"}}})
@@ -109,11 +110,12 @@ func (s *Server) handleOpenEnvWS(w http.ResponseWriter, r *http.Request) {
 			if req.EpisodeID != nil {
 				episode = *req.EpisodeID
 			}
-			if _, err := s.sessions.Reset(ctx, id, episode); err != nil {
+			info, err := s.sessions.Reset(ctx, id, episode, additionalImports(req.AdditionalImports))
+			if err != nil {
 				sendError("EXECUTION_ERROR", err.Error(), nil)
 				continue
 			}
-			send("observation", emptyObservation())
+			send("observation", resetObservation(info))
 		case "step":
 			// The action's fields, and optionally the step's timeout_s beside them.
 			var fields map[string]json.RawMessage

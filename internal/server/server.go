@@ -90,6 +90,8 @@ func (s *Server) Routes() []Route {
 		{"GET", "/v1/sandboxes/{id}/files", s.handleGetFile},
 		{"PUT", "/v1/sandboxes/{id}/files", s.handlePutFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", s.handleDeleteFile},
+		{"GET", "/v1/layers", s.handleListLayers},
+		{"DELETE", "/v1/layers/{key}", s.handleDeleteLayer},
 	}
 }
 

@@ -120,7 +120,7 @@ func (s *Server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResetSandbox(w http.ResponseWriter, r *http.Request) {
-	info, err := s.sessions.Reset(r.Context(), r.PathValue("id"), "")
+	info, err := s.sessions.Reset(r.Context(), r.PathValue("id"), "", nil)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -444,32 +445,50 @@ func (m *Manager) Input(ctx context.Context, id string, req *agent.InputRequest)
 
 // Reset starts a new episode: new kernels, empty /workspace, a new episode
 // id (episodeID, or a fresh one if empty). After max_episodes resets the
-// sandbox itself is replaced.
-func (m *Manager) Reset(ctx context.Context, id, episodeID string) (Info, error) {
+// sandbox itself is replaced, as it is when pkgs (if not nil) asks for
+// other packages than the session has.
+func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *packages.Request) (Info, error) {
 	s, err := m.get(id)
 	if err != nil {
 		return Info{}, err
 	}
 	done := s.busy()
+	defer done()
 	s.mu.Lock()
-	sb, episodes := s.sb, s.episodes+1
+	sb, episodes, opts := s.sb, s.episodes+1, s.opts
 	s.mu.Unlock()
-	if s.opts.MaxEpisodes > 0 && episodes%s.opts.MaxEpisodes == 0 {
-		fresh, disp, _, err := m.claim(ctx, s.opts)
+	recycle := opts.MaxEpisodes > 0 && episodes%opts.MaxEpisodes == 0
+	if pkgs != nil {
+		plan, err := m.sandboxes.Resolve(*pkgs)
 		if err != nil {
-			done()
 			return Info{}, err
 		}
+		opts.Packages = *pkgs
+		if !slices.Equal(plan.Python, opts.plan.Python) || !slices.Equal(plan.JavaScript, opts.plan.JavaScript) {
+			recycle = true
+		}
+		opts.plan = plan
+	}
+	var placed sandbox.Placed
+	if recycle {
+		fresh, disp, p, err := m.claim(ctx, opts)
+		if err != nil {
+			return Info{}, err
+		}
+		placed = p
 		s.mu.Lock()
 		s.sb, s.display = fresh, disp
 		s.mu.Unlock()
 		go sb.Destroy(context.Background())
 		m.log.Debug("session recycled", "session", id, "old", sb.ID, "new", fresh.ID)
 	} else if err := sb.Scrub(ctx); err != nil {
-		done()
 		return Info{}, fmt.Errorf("reset sandbox %s: %v: %w", id, err, errdefs.ErrUnavailable)
 	}
 	s.mu.Lock()
+	if pkgs != nil {
+		s.opts = opts
+		s.packages = &PackagesInfo{Plan: opts.plan, Layers: placed.Layers}
+	}
 	s.episodes = episodes
 	if episodeID == "" {
 		episodeID = newID("ep-")
@@ -478,7 +497,6 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string) (Info, error)
 	s.steps = 0
 	s.lastExit = 0
 	s.mu.Unlock()
-	done()
 	return s.info(), nil
 }
 
