@@ -11,6 +11,7 @@ import (
 
 	"github.com/codecell/codecell/internal/bench"
 	"github.com/codecell/codecell/internal/config"
+	"github.com/codecell/codecell/internal/localindex"
 	"github.com/codecell/codecell/internal/runtime"
 	"github.com/codecell/codecell/internal/sandbox"
 	"github.com/codecell/codecell/internal/server"
@@ -20,13 +21,14 @@ import (
 // and measures it beside plain python3 subprocesses.
 func Bench(ctx context.Context, args []string, env Env) error {
 	var url, runtimes, python string
-	var n, idle int
+	var n, idle, pkgs int
 	cfg, _, err := loadConfig("bench", args, env, func(fs *flag.FlagSet) {
 		fs.StringVar(&url, "url", "", "measure a running server instead of starting one")
 		fs.StringVar(&runtimes, "runtimes", "runc,gvisor", "runtimes to measure")
 		fs.StringVar(&python, "python", "/usr/bin/python3", "interpreter for the subprocess baseline")
 		fs.IntVar(&n, "n", 300, "runs per scenario")
 		fs.IntVar(&idle, "idle-sessions", 0, "instead of latency, measure the memory of this many idle sessions (runc), with and without preloads")
+		fs.IntVar(&pkgs, "packages", 0, "instead of latency, measure session create with this many new packages from a local index, first time and second time")
 	})
 	if err != nil {
 		return err
@@ -35,6 +37,9 @@ func Bench(ctx context.Context, args []string, env Env) error {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Minute}
 	if idle > 0 {
 		return benchIdleMemory(ctx, cfg, idle, client, env)
+	}
+	if pkgs > 0 {
+		return benchPackages(ctx, cfg, pkgs, python, client, env)
 	}
 	if url == "" {
 		sizes := map[string]int{}
@@ -109,6 +114,33 @@ func benchServer(ctx context.Context, cfg config.Config, sizes map[string]int, e
 		sessions.Close()
 		mgr.Close()
 	}, nil
+}
+
+// benchPackages serves pkgs small wheels from a local index and measures
+// session creates that need them.
+func benchPackages(ctx context.Context, cfg config.Config, pkgs int, python string, client *http.Client, env Env) error {
+	var wheels []localindex.Wheel
+	var names []string
+	for i := range pkgs {
+		name := fmt.Sprintf("benchpkg%d", i)
+		names = append(names, name)
+		wheels = append(wheels, localindex.Wheel{Name: name, Version: "1.0",
+			Files: map[string]string{name + "/__init__.py": strings.Repeat("# padding\n", 10000)}})
+	}
+	idx, err := localindex.Start(wheels, nil)
+	if err != nil {
+		return err
+	}
+	defer idx.Close()
+	cfg.PipIndexURL = idx.PipIndex()
+	cfg.Runtime = runtime.Runc
+	url, _, stop, err := benchServer(ctx, cfg, map[string]int{runtime.Runc: cfg.PoolSize}, env)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(env.Stdout, "codecell bench: %d packages (100 kB wheels from a loopback index), %s\n", pkgs, time.Now().Format(time.RFC3339))
+	return bench.RunPackages(ctx, bench.SessionConfig{URL: url, Runtime: runtime.Runc, Client: client, Python: python, Out: env.Stdout}, idx.PipIndex(), names)
 }
 
 // benchIdleMemory measures the memory per idle session, with the configured

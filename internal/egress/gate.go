@@ -139,8 +139,11 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	dest, err := g.check(r.URL.Host, "80")
 	if err != nil {
-		w.Header().Set("X-Codecell-Egress", "denied")
-		http.Error(w, "codecell: "+err.Error(), http.StatusForbidden)
+		// By hand, as for CONNECT, so the reason phrase carries the message.
+		if c, _, herr := w.(http.Hijacker).Hijack(); herr == nil {
+			reply(c, http.StatusForbidden, err)
+			c.Close()
+		}
 		return
 	}
 	rp := &httputil.ReverseProxy{

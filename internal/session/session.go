@@ -453,7 +453,16 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *package
 		return Info{}, err
 	}
 	done := s.busy()
-	defer done()
+	err = m.reset(ctx, s, episodeID, pkgs)
+	done() // before info(), which would say "running"
+	if err != nil {
+		return Info{}, err
+	}
+	return s.info(), nil
+}
+
+func (m *Manager) reset(ctx context.Context, s *Session, episodeID string, pkgs *packages.Request) error {
+	id := s.id
 	s.mu.Lock()
 	sb, episodes, opts := s.sb, s.episodes+1, s.opts
 	s.mu.Unlock()
@@ -461,7 +470,7 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *package
 	if pkgs != nil {
 		plan, err := m.sandboxes.Resolve(*pkgs)
 		if err != nil {
-			return Info{}, err
+			return err
 		}
 		opts.Packages = *pkgs
 		if !slices.Equal(plan.Python, opts.plan.Python) || !slices.Equal(plan.JavaScript, opts.plan.JavaScript) {
@@ -473,7 +482,7 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *package
 	if recycle {
 		fresh, disp, p, err := m.claim(ctx, opts)
 		if err != nil {
-			return Info{}, err
+			return err
 		}
 		placed = p
 		s.mu.Lock()
@@ -482,7 +491,7 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *package
 		go sb.Destroy(context.Background())
 		m.log.Debug("session recycled", "session", id, "old", sb.ID, "new", fresh.ID)
 	} else if err := sb.Scrub(ctx); err != nil {
-		return Info{}, fmt.Errorf("reset sandbox %s: %v: %w", id, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("reset sandbox %s: %v: %w", id, err, errdefs.ErrUnavailable)
 	}
 	s.mu.Lock()
 	if pkgs != nil {
@@ -497,7 +506,7 @@ func (m *Manager) Reset(ctx context.Context, id, episodeID string, pkgs *package
 	s.steps = 0
 	s.lastExit = 0
 	s.mu.Unlock()
-	return s.info(), nil
+	return nil
 }
 
 // Hold marks a session active until the returned func is called: for a

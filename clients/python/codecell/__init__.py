@@ -23,7 +23,7 @@ import json
 import os
 import urllib.parse
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 __all__ = [
     "AsyncSandbox", "CellError", "CodecellError", "ExecResult", "FileEntry", "Files",
@@ -79,6 +79,8 @@ class ExecResult:
     kernel_restarted: bool = False
     episode_id: Optional[str] = None
     step_count: Optional[int] = None
+    packages: Optional[Dict[str, Any]] = None  # what was installed, skipped (why) and corrected
+    network: Optional[Dict[str, Any]] = None  # allow-list and allowed/denied connection counts
 
     @property
     def ok(self) -> bool:
@@ -120,6 +122,31 @@ class SandboxInfo:
     max_lifetime_s: float
     max_episodes: int
     env: Optional[Dict[str, str]] = None
+    display: Optional[Dict[str, Any]] = None
+    template: Optional[str] = None
+    packages: Optional[Dict[str, Any]] = None
+    network: Optional[Dict[str, Any]] = None
+    allowed_imports: Optional[List[str]] = None
+
+
+Packages = Union[List[str], Dict[str, List[str]]]
+
+
+def _provisioning(template: Optional[str], packages: Optional[Packages], network: Optional[List[str]],
+                  allowed_imports: Optional[List[str]]) -> Dict[str, Any]:
+    """The request fields that say what a sandbox is made with. packages is a
+    list of Python names or {"python": [...], "javascript": [...]}; network is
+    the egress allow-list."""
+    body: Dict[str, Any] = {}
+    if template is not None:
+        body["template"] = template
+    if packages is not None:
+        body["packages"] = {"python": list(packages)} if isinstance(packages, (list, tuple)) else dict(packages)
+    if network is not None:
+        body["network"] = {"allow": list(network)}
+    if allowed_imports is not None:
+        body["allowed_imports"] = list(allowed_imports)
+    return body
 
 
 class _Client:
@@ -171,9 +198,12 @@ def _error(status: int, payload: bytes) -> CodecellError:
 
 
 def execute(code: str, language: str = "python", *, url: Optional[str] = None, timeout_s: Optional[float] = None,
-            stdin: str = "", env: Optional[Dict[str, str]] = None, runtime: Optional[str] = None) -> ExecResult:
+            stdin: str = "", env: Optional[Dict[str, str]] = None, runtime: Optional[str] = None,
+            template: Optional[str] = None, packages: Optional[Packages] = None, network: Optional[List[str]] = None,
+            allowed_imports: Optional[List[str]] = None) -> ExecResult:
     """Runs code once in a fresh sandbox (POST /v1/execute)."""
     body: Dict[str, Any] = {"language": language, "code": code, "stdin": stdin}
+    body.update(_provisioning(template, packages, network, allowed_imports))
     for k, v in (("timeout_s", timeout_s), ("env", env), ("runtime", runtime)):
         if v is not None:
             body[k] = v
@@ -230,12 +260,15 @@ class Sandbox:
     def create(cls, url: Optional[str] = None, *, runtime: Optional[str] = None, memory_mb: Optional[int] = None,
                cpus: Optional[float] = None, pids: Optional[int] = None, idle_timeout_s: Optional[float] = None,
                max_lifetime_s: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-               max_episodes: Optional[int] = None, timeout: float = 600) -> "Sandbox":
+               max_episodes: Optional[int] = None, display: Optional[bool] = None, template: Optional[str] = None,
+               packages: Optional[Packages] = None, network: Optional[List[str]] = None,
+               allowed_imports: Optional[List[str]] = None, timeout: float = 600) -> "Sandbox":
         """Claims a warm sandbox (POST /v1/sandboxes). timeout bounds each HTTP call."""
         client = _Client(url, timeout)
         body = {k: v for k, v in dict(runtime=runtime, memory_mb=memory_mb, cpus=cpus, pids=pids,
                                       idle_timeout_s=idle_timeout_s, max_lifetime_s=max_lifetime_s, env=env,
-                                      max_episodes=max_episodes).items() if v is not None}
+                                      max_episodes=max_episodes, display=display).items() if v is not None}
+        body.update(_provisioning(template, packages, network, allowed_imports))
         return cls(_build(SandboxInfo, client.call("POST", "/v1/sandboxes", body)), client)
 
     def run_code(self, code: str, language: str = "python", *, timeout_s: Optional[float] = None,

@@ -117,3 +117,41 @@ def test_async_sandboxes_are_independent():
         return await asyncio.gather(one(1), one(2), one(3))
 
     assert asyncio.run(main()) == ["10", "20", "30"]
+
+
+def test_network_packages_and_import_guard():
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d/" % srv.server_address[1]
+    try:
+        code = "import urllib.request\nprint(urllib.request.urlopen(%r, timeout=5).read().decode())" % url
+        r = execute(code, network=["127.0.0.1:%d" % srv.server_address[1]])
+        assert r.stdout == "hello from the host\n" and r.network["allowed"] == 1 and r.network["denied"] == 0
+        denied = "import urllib.request\nurllib.request.urlopen('http://example.org/', timeout=5)"
+        r = execute(denied, network=["example.com"])
+        assert "HTTP Error 403: codecell: egress to example.org:80 is not allowed" in r.stderr and r.network["denied"] == 1
+    finally:
+        srv.shutdown()
+    # Names the image already has need no install; typos are corrected.
+    r = execute("import dataclasses; print('ok')", packages=["dataclass", "json"])
+    assert r.stdout == "ok\n"
+    assert r.packages["corrected"] == {"dataclass": "dataclasses"}
+    assert r.packages["skipped"] == {"dataclass": "standard library", "json": "standard library"}
+    with Sandbox.create(allowed_imports=["math"]) as sb:
+        assert sb.info.allowed_imports == ["math"]
+        err = sb.run_code("import os").error
+        assert err.name == "ImportError" and err.value == "import of 'os' is not allowed; allowed: ['math']"
