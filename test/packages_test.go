@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codecell/codecell/internal/localindex"
 	"github.com/codecell/codecell/internal/testutil"
@@ -56,6 +57,8 @@ func packagesServer(t *testing.T) (*server, *localindex.Server) {
     memory_mb: 384
   guarded:
     allowed_imports: [math]
+  broken:
+    packages: {python: [no-such-package]}
 `), 0o644)
 		pkgSrv = startServer(&packageTB{T: t}, "", "--pip-index-url", idx.PipIndex(), "--npm-registry", idx.NPMRegistry(),
 			"--templates", templates, "--gvisor-pool-size", "1", "--pool-size", "1")
@@ -391,8 +394,9 @@ func TestTemplates(t *testing.T) {
 	s, _ := packagesServer(t)
 	var health struct {
 		Pools map[string]struct {
-			Ready bool `json:"ready"`
-			Size  int  `json:"size"`
+			Ready bool   `json:"ready"`
+			Size  int    `json:"size"`
+			Error string `json:"error"`
 		} `json:"pools"`
 	}
 	// The template's pool starts with its packages installed and cv2 imported.
@@ -404,11 +408,23 @@ func TestTemplates(t *testing.T) {
 	if p := health.Pools["template vision"]; !p.Ready || p.Size != 1 {
 		t.Fatalf("template pool in healthz: %+v", health.Pools)
 	}
+	// A template whose package the index lacks says so, and is not retried.
+	for deadline := time.Now().Add(time.Minute); health.Pools["template broken"].Error == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s.do(t, "GET", "/healthz", &health)
+	}
+	if p := health.Pools["template broken"]; p.Ready || !strings.Contains(p.Error, `template "broken": install python packages no-such-package`) {
+		t.Fatalf("broken template in healthz: %+v", p)
+	}
+	var e apiError
+	resp := s.post(t, "/v1/execute", map[string]any{"code": "1", "template": "broken"}, &e)
+	if resp.StatusCode != 503 || !strings.Contains(e.Error.Message, "No matching distribution found for no-such-package") {
+		t.Fatalf("broken template: %d %q", resp.StatusCode, e.Error.Message)
+	}
 	var info struct {
 		sandboxInfo
 		Template string `json:"template"`
 	}
-	resp := s.post(t, "/v1/sandboxes", map[string]any{"template": "vision"}, &info)
+	resp = s.post(t, "/v1/sandboxes", map[string]any{"template": "vision"}, &info)
 	if resp.StatusCode != 201 || info.Template != "vision" || info.MemoryMB != 384 {
 		t.Fatalf("create from template: %d %+v", resp.StatusCode, info)
 	}
@@ -416,9 +432,8 @@ func TestTemplates(t *testing.T) {
 	if st := s.step(t, info.ID, "python", "import sys; 'cv2' in sys.modules", 0); value(st) != "True" {
 		t.Fatalf("template session: %s %q", value(st), st.Stderr)
 	}
-	var e apiError
 	resp = s.post(t, "/v1/execute", map[string]any{"code": "1", "template": "nope"}, &e)
-	if resp.StatusCode != 400 || e.Error.Message != `unknown template "nope"; this server has: guarded, vision` {
+	if resp.StatusCode != 400 || e.Error.Message != `unknown template "nope"; this server has: broken, guarded, vision` {
 		t.Fatalf("unknown template: %d %q", resp.StatusCode, e.Error.Message)
 	}
 	resp = s.post(t, "/v1/execute", map[string]any{"code": "1", "template": "vision", "packages": map[string]any{"python": []string{"celldep"}}}, &e)

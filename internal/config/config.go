@@ -54,6 +54,7 @@ type Config struct {
 	LayerBudgetMB    int64         // disk for package layers; least recently used ones go beyond it
 	BuildTimeout     time.Duration // longest a layer's install may take
 	PackagePoolIdle  time.Duration // a package set's warm pool unused this long is closed
+	PackagePoolSize  int           // warm sandboxes per package set in use
 
 	TemplatesFile string              // YAML or JSON file of named templates
 	Templates     map[string]Template // read from TemplatesFile by Load
@@ -100,6 +101,7 @@ func Default() Config {
 		LayerBudgetMB:   10240,
 		BuildTimeout:    10 * time.Minute,
 		PackagePoolIdle: 10 * time.Minute,
+		PackagePoolSize: 1,
 	}
 }
 
@@ -210,6 +212,7 @@ func (c *Config) Flags(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&hosts, "package-hosts", "PACKAGE_HOSTS", "comma-separated hosts the install sandbox may reach besides the index and registry (files.pythonhosted.org is added for pypi.org)")
 	num(&c.LayerBudgetMB, "layer-budget-mb", "LAYER_BUDGET_MB", "disk for package layers, MiB; beyond it the least recently used unused layers are removed")
 	num(&c.BuildTimeout, "build-timeout", "BUILD_TIMEOUT", "longest a package layer's install may take")
+	num(&c.PackagePoolSize, "package-pool-size", "PACKAGE_POOL_SIZE", "warm sandboxes kept for each package set in use (also the most concurrent runs of that set)")
 	num(&c.PackagePoolIdle, "package-pool-idle", "PACKAGE_POOL_IDLE", "a package set's warm sandbox pool unused this long is closed")
 	str(&c.TemplatesFile, "templates", "TEMPLATES", "YAML or JSON file of named sandbox templates")
 	// Parsed values land in the struct after fs.Parse; these need converting.
@@ -305,6 +308,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LayerBudgetMB < 1 {
 		bad("layer-budget-mb %d: must be at least 1", c.LayerBudgetMB)
+	}
+	if c.PackagePoolSize < 1 {
+		bad("package-pool-size %d: must be at least 1", c.PackagePoolSize)
 	}
 	if c.BuildTimeout <= 0 || c.PackagePoolIdle <= 0 {
 		bad("build-timeout %s and package-pool-idle %s: must be more than 0", c.BuildTimeout, c.PackagePoolIdle)

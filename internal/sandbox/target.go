@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
@@ -181,8 +183,17 @@ func (m *Manager) startTemplates() error {
 		}
 		var layersFor func(context.Context) ([]*packages.Layer, error)
 		if !plan.Empty() {
+			// A package the index does not have stays missing: no retries.
+			var refused atomic.Pointer[error]
 			layersFor = func(ctx context.Context) ([]*packages.Layer, error) {
+				if err := refused.Load(); err != nil {
+					return nil, *err
+				}
 				layers, _, err := m.layers(ctx, plan)
+				if errors.Is(err, errdefs.ErrInvalid) {
+					err = fmt.Errorf("template %q: %w (fix the templates file and restart)", name, err)
+					refused.Store(&err)
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -308,7 +319,7 @@ func (m *Manager) poolFor(ctx context.Context, t Target) (*Pool, Placed, error) 
 			m.store.Release(l)
 		}
 	} else {
-		p, err := m.newPool("packages "+key, 1, profile{runtime: base.runtime, layers: layers}, nil)
+		p, err := m.newPool("packages "+key, m.cfg.PackagePoolSize, profile{runtime: base.runtime, layers: layers}, nil)
 		if err != nil {
 			for _, l := range layers {
 				m.store.Release(l)
