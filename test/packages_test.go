@@ -339,6 +339,12 @@ except socket.gaierror as e:
 			}
 		})
 	}
+	// HTTPS clients tunnel with CONNECT: curl -p forces a tunnel.
+	r0 := s.execPkg(t, map[string]any{"language": "bash", "code": "curl -sS -p -m 5 " + allowed.URL + "; echo; curl -sS -p -m 5 https://example.org/ 2>&1",
+		"network": map[string]any{"allow": []string{host}}})
+	if !strings.HasPrefix(r0.Stdout, "hello from the host\ncurl: (56) CONNECT tunnel failed, response 403") || r0.Network.Allowed != 1 || r0.Network.Denied != 1 {
+		t.Fatalf("CONNECT through the gate: %q %+v", r0.Stdout, r0.Network)
+	}
 	// Without "network", no proxy works either.
 	r := s.execPkg(t, map[string]any{"language": "bash", "code": "curl -sS -m 5 -x http://127.0.0.1:3128 " + allowed.URL})
 	if r.Stdout != "codecell: this sandbox has no network access; create it with \"network\": {\"allow\": [hosts]}\n" {
