@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/codecell/codecell/internal/egress"
 )
 
 // Template is a named kind of sandbox from the templates file: created
@@ -34,7 +36,10 @@ type Template struct {
 	} `json:"network"`
 }
 
-var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+var (
+	templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	moduleName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+)
 
 // LoadTemplates reads TemplatesFile, if set, into Templates.
 func (c *Config) LoadTemplates() error {
@@ -80,6 +85,16 @@ func (t Template) check(name string, c *Config) error {
 	}
 	if t.Screen != "" && !t.Display {
 		bad("screen needs display: true")
+	}
+	for _, m := range t.AllowedImports {
+		if !moduleName.MatchString(m) {
+			bad("allowed_imports entry %q is not a Python module name", m)
+		}
+	}
+	if t.Network != nil {
+		if _, err := egress.Parse(t.Network.Allow); err != nil {
+			bad("%v", strings.TrimSuffix(err.Error(), ": invalid argument"))
+		}
 	}
 	for k := range t.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -17,6 +17,8 @@ func TestLoadTemplates(t *testing.T) {
 		{"bad runtime", "templates:\n  x:\n    runtime: docker\n", `template "x": runtime "docker": must be runc or gvisor`},
 		{"bad name", "templates:\n  Bad Name:\n    cpus: 1\n", `template "Bad Name": names are lower-case`},
 		{"screen without display", "templates:\n  x:\n    screen: 800x600x24\n", `template "x": screen needs display: true`},
+		{"bad allow entry", "templates:\n  x:\n    network: {allow: [\"10.0.0.0/8\", \"http://x\"]}\n", `template "x": network.allow entry "http://x"`},
+		{"bad import name", "templates:\n  x:\n    allowed_imports: [\"os path\"]\n", `allowed_imports entry "os path"`},
 		{"memory out of range", "templates:\n  x:\n    memory_mb: 10\n", `memory_mb 10: must be between 128 and 65536`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

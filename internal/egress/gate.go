@@ -60,7 +60,7 @@ func Open(path, sandbox string, policy *Policy, log *slog.Logger) (*Gate, error)
 	}
 	g := &Gate{sandbox: sandbox, policy: policy, ln: ln, dialer: net.Dialer{Timeout: dialTimeout},
 		log: log, conns: map[net.Conn]bool{}}
-	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second,
+	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go g.srv.Serve(ln)
 	return g, nil

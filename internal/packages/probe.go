@@ -3,6 +3,7 @@ package packages
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -24,6 +25,8 @@ print(json.dumps({"version": platform.python_version(), "stdlib": sorted(sys.std
 
 const probeNode = `console.log(JSON.stringify({version: process.version, builtins: require("module").builtinModules}))`
 
+var errMissing = errors.New("not installed")
+
 // Probe reads what the sandbox image has. The sandboxes run the host's /usr
 // read-only, so its python3 and node, run with the sandbox's environment,
 // are the sandboxes' interpreters. A missing node leaves JavaScript out.
@@ -35,7 +38,9 @@ func Probe(ctx context.Context, env []string) (*Env, error) {
 		Modules []string          `json:"modules"`
 		Dists   map[string]string `json:"dists"`
 	}
-	if err := runJSON(ctx, env, &py, "python3", "-c", probePython); err != nil {
+	if err := runJSON(ctx, env, &py, "python3", "-c", probePython); errors.Is(err, errMissing) {
+		return e, nil // no Python in the image: no Python packages either
+	} else if err != nil {
 		return nil, fmt.Errorf("probe the sandbox's python3: %w", err)
 	}
 	e.Python = py.Version
@@ -76,7 +81,7 @@ func runJSON(ctx context.Context, env []string, v any, name string, args ...stri
 		}
 	}
 	if bin == "" {
-		return fmt.Errorf("%s is not on the sandbox's PATH %s", name, path)
+		return fmt.Errorf("%s is not on the sandbox's PATH %s: %w", name, path, errMissing)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env, cmd.Dir = env, "/"

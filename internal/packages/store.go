@@ -58,6 +58,8 @@ type Store struct {
 	build        BuildFunc
 	log          *slog.Logger
 
+	builds chan struct{} // bounds builds running at once
+
 	mu       sync.Mutex
 	inflight map[string]*buildCall
 	refs     map[string]int
@@ -81,7 +83,7 @@ func NewStore(dir string, budget int64, buildTimeout time.Duration, build BuildF
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
-	return &Store{dir: dir, budget: budget, buildTimeout: buildTimeout, build: build, log: log,
+	return &Store{dir: dir, budget: budget, buildTimeout: buildTimeout, build: build, log: log, builds: make(chan struct{}, 2),
 		inflight: map[string]*buildCall{}, refs: map[string]int{}}, nil
 }
 
@@ -123,6 +125,10 @@ func (s *Store) Get(ctx context.Context, kind string, reqs []string, interpreter
 		return nil, true, c.err
 	}
 	s.mu.Lock()
+	if _, err := s.load(key); err != nil { // evicted or deleted before we held it
+		s.mu.Unlock()
+		return s.Get(ctx, kind, reqs, interpreter, index)
+	}
 	s.refs[key]++
 	s.mu.Unlock()
 	s.GC() // only now: the new layer is held, so it is not what goes
@@ -162,6 +168,8 @@ func (s *Store) run(c *buildCall, key, kind string, reqs []string, interpreter, 
 		c.err = err
 		return
 	}
+	s.builds <- struct{}{} // each build is a sandbox with 1 GiB: two at a time
+	defer func() { <-s.builds }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.buildTimeout)
 	defer cancel()
 	start := time.Now()
@@ -213,7 +221,10 @@ func (l *Layer) locate(content string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("the installer left no site-packages directory")
+	// pip succeeded without installing anything (the image had it all,
+	// extras included): an empty layer.
+	l.Site, l.Bin = "lib/site-packages", "bin"
+	return os.MkdirAll(filepath.Join(content, l.Site), 0o755)
 }
 
 // load reads a built layer's description.
@@ -316,4 +327,12 @@ func du(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// NotFound reports whether an install failed because the index has no such
+// package or version (as pip and npm word it), which trying again will not
+// change.
+func NotFound(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "No matching distribution found") || strings.Contains(msg, "npm error 404") || strings.Contains(msg, "E404")
 }

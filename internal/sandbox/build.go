@@ -90,8 +90,11 @@ func (m *Manager) buildLayer(ctx context.Context, kind string, reqs []string, di
 		return nil
 	}
 	out := tail(strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr)))
-	if res.Status == StatusTimeout {
+	switch res.Status {
+	case StatusTimeout:
 		return fmt.Errorf("the install took longer than %s (--build-timeout): %s: %w", m.cfg.BuildTimeout, out, errdefs.ErrUnavailable)
+	case StatusOOM, StatusKilled:
+		return fmt.Errorf("the install sandbox was killed (%s): %s: %w", res.Status, out, errdefs.ErrUnavailable)
 	}
 	// The gate saw whether the index answered: an index that is down is the
 	// server's problem (503), a package it does not have the request's (400).

@@ -151,7 +151,7 @@ func NewManager(ctx context.Context, cfg config.Config, poolSizes map[string]int
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		tick := time.NewTicker(min(cfg.PackagePoolIdle/2, time.Minute))
+		tick := time.NewTicker(max(min(cfg.PackagePoolIdle/2, time.Minute), time.Second))
 		defer tick.Stop()
 		for {
 			select {
@@ -231,10 +231,11 @@ func (m *Manager) pool(name string) (*Pool, error) {
 
 // Execute runs one stateless request in a warm sandbox of the target's kind.
 func (m *Manager) Execute(ctx context.Context, t Target, req *agent.ExecRequest, onOutput func(string, []byte)) (*Result, Placed, error) {
-	p, placed, err := m.poolFor(ctx, t)
+	p, placed, done, err := m.poolFor(ctx, t)
 	if err != nil {
 		return nil, placed, err
 	}
+	defer done()
 	sb, err := p.Acquire(ctx)
 	if err != nil {
 		return nil, placed, err
@@ -259,10 +260,11 @@ func (m *Manager) Execute(ctx context.Context, t Target, req *agent.ExecRequest,
 // (a session's); the caller destroys it. Its network gate, if the target
 // has one, is open; the caller runs with ProxyEnv.
 func (m *Manager) Claim(ctx context.Context, t Target) (*Sandbox, Placed, error) {
-	p, placed, err := m.poolFor(ctx, t)
+	p, placed, done, err := m.poolFor(ctx, t)
 	if err != nil {
 		return nil, placed, err
 	}
+	defer done()
 	sb, err := p.Claim(ctx)
 	if err != nil {
 		return nil, placed, err

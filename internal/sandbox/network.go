@@ -15,13 +15,12 @@ func (sb *Sandbox) netDir() string { return filepath.Join(sb.bundle, "net") }
 // a proxy gate of its own. Programs reach it through the environment
 // ProxyEnv returns. A gate already open is replaced.
 func (sb *Sandbox) OpenNetwork(policy *egress.Policy) error {
+	sb.CloseNetwork() // first: closing unlinks the socket path the new gate takes
 	g, err := egress.Open(filepath.Join(sb.netDir(), filepath.Base(oci.ProxySocket)), sb.ID, policy, sb.log)
 	if err != nil {
 		return fmt.Errorf("open the sandbox's network: %w", err)
 	}
-	if old := sb.gate.Swap(g); old != nil {
-		old.Close()
-	}
+	sb.gate.Store(g)
 	return nil
 }
 

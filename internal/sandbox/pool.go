@@ -18,6 +18,7 @@ import (
 type Pool struct {
 	name     string
 	runtime  string
+	dyn      *dynamicPool // set for a package set's pool
 	create   func(context.Context) (*Sandbox, error)
 	idle     chan *Sandbox
 	maxReuse int

@@ -123,8 +123,10 @@ func (m *Manager) newPool(name string, size int, p profile, layersFor func(conte
 			}
 			prof.layers = layers
 		}
-		for _, l := range prof.layers {
-			m.store.Hold(l)
+		if layersFor == nil { // layersFor's Get already holds them for this sandbox
+			for _, l := range prof.layers {
+				m.store.Hold(l)
+			}
 		}
 		spec := m.specFor(prof)
 		sb, err := create(ctx, rt, m.dataDir, spec, m.log)
@@ -190,17 +192,14 @@ func (m *Manager) startTemplates() error {
 					return nil, *err
 				}
 				layers, _, err := m.layers(ctx, plan)
-				if errors.Is(err, errdefs.ErrInvalid) {
+				if errors.Is(err, errdefs.ErrInvalid) && packages.NotFound(err) {
 					err = fmt.Errorf("template %q: %w (fix the templates file and restart)", name, err)
 					refused.Store(&err)
 				}
 				if err != nil {
 					return nil, err
 				}
-				for _, l := range layers { // the pool's sandboxes hold their own
-					m.store.Release(l)
-				}
-				return layers, nil
+				return layers, nil // held once, for the sandbox about to be made
 			}
 		}
 		size := t.PoolSize
@@ -234,6 +233,9 @@ func (m *Manager) Template(name string) (config.Template, error) {
 
 // Resolve turns package names into what would be installed.
 func (m *Manager) Resolve(req packages.Request) (packages.Plan, error) {
+	if len(req.Python) > 0 && m.env.Python == "" {
+		return packages.Plan{}, fmt.Errorf("python packages need python3 in the sandbox image, which is not installed: %w", errdefs.ErrUnavailable)
+	}
 	if len(req.JavaScript) > 0 && m.env.Node == "" {
 		return packages.Plan{}, fmt.Errorf("javascript packages need node in the sandbox image, which is not installed: %w", errdefs.ErrUnavailable)
 	}
@@ -278,10 +280,26 @@ type dynamicPool struct {
 	pool     *Pool
 	layers   []*packages.Layer // held in use while the pool is open
 	lastUsed time.Time
+	busy     int // requests between poolFor and their done
 }
 
-// poolFor finds (or makes) the pool a target's sandboxes come from.
-func (m *Manager) poolFor(ctx context.Context, t Target) (*Pool, Placed, error) {
+// poolFor finds (or makes) the pool a target's sandboxes come from. The
+// caller calls done once it has released or claimed its sandbox, so an idle
+// package pool is never closed under a request.
+func (m *Manager) poolFor(ctx context.Context, t Target) (_ *Pool, _ Placed, done func(), _ error) {
+	p, placed, err := m.findPool(ctx, t)
+	if err != nil || p.dyn == nil {
+		return p, placed, func() {}, err
+	}
+	return p, placed, func() {
+		m.dynMu.Lock()
+		p.dyn.busy--
+		p.dyn.lastUsed = time.Now()
+		m.dynMu.Unlock()
+	}, nil
+}
+
+func (m *Manager) findPool(ctx context.Context, t Target) (*Pool, Placed, error) {
 	if t.Template != "" {
 		if !t.Packages.Empty() {
 			return nil, Placed{}, fmt.Errorf("packages cannot be added to template %q at request time; add them to the template: %w", t.Template, errdefs.ErrInvalid)
@@ -327,9 +345,11 @@ func (m *Manager) poolFor(ctx context.Context, t Target) (*Pool, Placed, error) 
 			return nil, Placed{}, err
 		}
 		d = &dynamicPool{pool: p, layers: layers}
+		p.dyn = d
 		m.dynamic[key] = d
 	}
 	d.lastUsed = time.Now()
+	d.busy++
 	return d.pool, Placed{Layers: uses}, nil
 }
 
@@ -339,7 +359,7 @@ func (m *Manager) closeIdlePools(idle time.Duration) {
 	m.dynMu.Lock()
 	var closing []*dynamicPool
 	for key, d := range m.dynamic {
-		if time.Since(d.lastUsed) > idle {
+		if d.busy == 0 && time.Since(d.lastUsed) > idle || idle < 0 {
 			closing = append(closing, d)
 			delete(m.dynamic, key)
 		}

@@ -4,6 +4,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -172,10 +173,12 @@ func (m *Manager) withDefaults(opts Options) (Options, error) {
 		if err != nil {
 			return opts, err
 		}
-		if opts.Runtime != "" && opts.Runtime != t.Runtime && t.Runtime != "" {
-			return opts, invalid("template %q runs on %s; leave runtime out", opts.Template, t.Runtime)
+		if t.Runtime != "" {
+			if opts.Runtime != "" && opts.Runtime != t.Runtime {
+				return opts, invalid("template %q runs on %s; leave runtime out", opts.Template, t.Runtime)
+			}
+			opts.Runtime = t.Runtime
 		}
-		opts.Runtime = t.Runtime
 		if opts.MemoryMB == 0 {
 			opts.MemoryMB = t.MemoryMB
 		}
@@ -185,8 +188,11 @@ func (m *Manager) withDefaults(opts Options) (Options, error) {
 		if opts.PIDs == 0 {
 			opts.PIDs = t.PIDs
 		}
-		if !opts.Display && t.Display {
-			opts.Display, opts.Screen = true, t.Screen
+		if t.Display {
+			opts.Display = true
+			if opts.Screen == "" {
+				opts.Screen = cmp.Or(t.Screen, sandbox.DefaultScreen)
+			}
 		}
 		if t.Env != nil {
 			env := maps.Clone(t.Env)
@@ -238,7 +244,7 @@ func (m *Manager) withDefaults(opts Options) (Options, error) {
 		return opts, invalid("max_lifetime_s %g: must be between 0 and the server's maximum of %g", opts.MaxLifetime.Seconds(), l.MaxLifetime.Seconds())
 	}
 	if opts.Display && opts.Screen == "" {
-		opts.Screen = "1280x800x24"
+		opts.Screen = sandbox.DefaultScreen
 	}
 	if !opts.Display && opts.Screen != "" {
 		return opts, invalid("screen %q needs \"display\": true", opts.Screen)
@@ -368,16 +374,16 @@ func (m *Manager) Exec(ctx context.Context, id string, req *agent.ExecRequest, o
 	}
 	done := s.busy()
 	s.mu.Lock()
-	sb := s.sb
+	sb, opts := s.sb, s.opts // a reset with packages replaces opts
 	s.mu.Unlock()
 	req.Kernel = true
-	req.Env = s.opts.Env
-	if s.opts.Network != nil {
-		env := sandbox.ProxyEnv(s.opts.Network)
-		maps.Copy(env, s.opts.Env)
+	req.Env = opts.Env
+	if opts.Network != nil {
+		env := sandbox.ProxyEnv(opts.Network)
+		maps.Copy(env, opts.Env)
 		req.Env = env
 	}
-	req.AllowedImports = s.opts.AllowedImports
+	req.AllowedImports = opts.AllowedImports
 	res, err := sb.Exec(ctx, req, onOutput)
 	done()
 	if err != nil {
@@ -485,9 +491,18 @@ func (m *Manager) reset(ctx context.Context, s *Session, episodeID string, pkgs 
 			return err
 		}
 		placed = p
+		m.mu.Lock()
 		s.mu.Lock()
-		s.sb, s.display = fresh, disp
+		current := m.sessions[id] == s && s.sb == sb // not deleted, not reset by another call meanwhile
+		if current {
+			s.sb, s.display = fresh, disp
+		}
 		s.mu.Unlock()
+		m.mu.Unlock()
+		if !current {
+			fresh.Destroy(context.WithoutCancel(ctx))
+			return fmt.Errorf("sandbox %q was deleted or reset while this reset made its new sandbox: %w", id, errdefs.ErrConflict)
+		}
 		go sb.Destroy(context.Background())
 		m.log.Debug("session recycled", "session", id, "old", sb.ID, "new", fresh.ID)
 	} else if err := sb.Scrub(ctx); err != nil {
