@@ -87,7 +87,7 @@ func (t Template) check(name string, c *Config) error {
 		bad("screen needs display: true")
 	}
 	for _, m := range t.AllowedImports {
-		if !moduleName.MatchString(m) {
+		if !IsModuleName(m) {
 			bad("allowed_imports entry %q is not a Python module name", m)
 		}
 	}
@@ -103,6 +103,9 @@ func (t Template) check(name string, c *Config) error {
 	}
 	return errors.Join(errs...)
 }
+
+// IsModuleName accepts a Python module path such as "numpy.linalg".
+func IsModuleName(s string) bool { return moduleName.MatchString(s) }
 
 // checkIndexURL accepts an http(s) URL with a host, as pip and npm need.
 func checkIndexURL(s string) error {

@@ -19,11 +19,12 @@ import (
 	"html"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/codecell/codecell/internal/packages"
 )
 
 // Wheel is a pure-Python distribution: Files maps paths inside the wheel
@@ -56,11 +57,6 @@ type Server struct {
 	srv      *http.Server
 }
 
-var nonAlnum = regexp.MustCompile(`[-_.]+`)
-
-// Normalize is PEP 503's project name normalization.
-func Normalize(name string) string { return strings.ToLower(nonAlnum.ReplaceAllString(name, "-")) }
-
 // Start serves wheels and npm packages on a loopback port.
 func Start(wheels []Wheel, pkgs []NPMPackage) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,7 +71,7 @@ func Start(wheels []Wheel, pkgs []NPMPackage) (*Server, error) {
 			return nil, err
 		}
 		s.files[name] = b
-		s.simple[Normalize(w.Name)] = append(s.simple[Normalize(w.Name)], name)
+		s.simple[packages.Normalize(w.Name)] = append(s.simple[packages.Normalize(w.Name)], name)
 	}
 	for _, p := range pkgs {
 		b, err := buildTarball(p)
@@ -137,7 +133,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		w.Write(b)
 	case strings.HasPrefix(p, "/simple/"):
 		project := strings.Trim(strings.TrimPrefix(p, "/simple/"), "/")
-		names, ok := s.simple[Normalize(project)]
+		names, ok := s.simple[packages.Normalize(project)]
 		if !ok {
 			http.NotFound(w, r)
 			return
@@ -168,7 +164,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func buildWheel(w Wheel) ([]byte, string, error) {
-	dist := strings.ReplaceAll(Normalize(w.Name), "-", "_")
+	dist := strings.ReplaceAll(packages.Normalize(w.Name), "-", "_")
 	info := fmt.Sprintf("%s-%s.dist-info", dist, w.Version)
 	meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", w.Name, w.Version)
 	for _, r := range w.Requires {

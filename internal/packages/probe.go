@@ -51,7 +51,7 @@ func Probe(ctx context.Context, env []string) (*Env, error) {
 		e.Modules[m] = true
 	}
 	for n, v := range py.Dists {
-		e.Dists[normalize(n)] = v
+		e.Dists[Normalize(n)] = v
 	}
 	var node struct {
 		Version  string   `json:"version"`

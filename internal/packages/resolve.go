@@ -85,8 +85,8 @@ var (
 	separator = regexp.MustCompile(`[-_.]+`)
 )
 
-// normalize is PEP 503's distribution name normalization.
-func normalize(name string) string { return strings.ToLower(separator.ReplaceAllString(name, "-")) }
+// Normalize is PEP 503's distribution name normalization.
+func Normalize(name string) string { return strings.ToLower(separator.ReplaceAllString(name, "-")) }
 
 // Resolve turns a request into a plan against what env already has.
 func Resolve(req Request, env *Env) (Plan, error) {
@@ -142,7 +142,7 @@ func resolvePython(raw string, env *Env, plan *Plan) (string, error) {
 	if d, ok := importToDist[strings.ToLower(name)]; ok {
 		dist = d
 	}
-	dist = normalize(dist)
+	dist = Normalize(dist)
 	if have, ok := env.Dists[dist]; ok && extras == "" {
 		if spec == "" {
 			plan.Skipped[raw] = fmt.Sprintf("preinstalled (%s %s)", dist, have)

@@ -246,7 +246,9 @@ func (m *Manager) Execute(ctx context.Context, t Target, req *agent.ExecRequest,
 	}
 	res, err := sb.Exec(ctx, req, onOutput)
 	if t.Network != nil {
-		res.addNetwork(sb.NetworkStats())
+		if res != nil {
+			res.Network = sb.NetworkStats()
+		}
 		sb.CloseNetwork()
 	}
 	p.Release(sb)

@@ -53,12 +53,3 @@ func ProxyEnv(policy *egress.Policy) map[string]string {
 	}
 	return env
 }
-
-// addNetwork records a run's egress counts, so a caller learns that a
-// connection was denied without reading the server's log.
-func (r *Result) addNetwork(s *egress.Stats) {
-	if r == nil || s == nil {
-		return
-	}
-	r.Network = s
-}

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/codecell/codecell/internal/agent"
+	"github.com/codecell/codecell/internal/config"
 	"github.com/codecell/codecell/internal/egress"
 	"github.com/codecell/codecell/internal/errdefs"
 	"github.com/codecell/codecell/internal/packages"
 	"github.com/codecell/codecell/internal/sandbox"
+	"github.com/codecell/codecell/internal/session"
 )
 
 // defaultScreen is the display of a stateless run that asks for one.
@@ -51,12 +53,6 @@ type NetworkRequest struct {
 	Allow []string `json:"allow"`
 }
 
-// PackagesInfo is what a request's packages came to.
-type PackagesInfo struct {
-	packages.Plan
-	Layers []sandbox.LayerUse `json:"layers"`
-}
-
 // ExecuteResponse is how a run ended.
 type ExecuteResponse struct {
 	Status     string  `json:"status"`
@@ -69,8 +65,8 @@ type ExecuteResponse struct {
 	CPUMs      float64 `json:"cpu_ms"`
 	MaxRSSKB   int64   `json:"max_rss_kb"`
 
-	Packages *PackagesInfo `json:"packages,omitempty"`
-	Network  *egress.Stats `json:"network,omitempty"`
+	Packages *session.PackagesInfo `json:"packages,omitempty"`
+	Network  *egress.Stats         `json:"network,omitempty"`
 }
 
 func invalid(format string, a ...any) error {
@@ -208,33 +204,19 @@ func (s *Server) target(runtime string, p Provisioning) (sandbox.Target, error) 
 // checkImports accepts module names for allowed_imports.
 func checkImports(names []string) error {
 	for _, n := range names {
-		if !isModuleName(n) {
+		if !config.IsModuleName(n) {
 			return invalid("allowed_imports entry %q is not a Python module name", n)
 		}
 	}
 	return nil
 }
 
-func isModuleName(n string) bool {
-	for _, part := range strings.Split(n, ".") {
-		if part == "" || !(part[0] == '_' || part[0] >= 'a' && part[0] <= 'z' || part[0] >= 'A' && part[0] <= 'Z') {
-			return false
-		}
-		for _, c := range part {
-			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // packagesInfo reports a request's packages, nil if it asked for none.
-func packagesInfo(req packages.Request, plan packages.Plan, placed sandbox.Placed) *PackagesInfo {
+func packagesInfo(req packages.Request, plan packages.Plan, placed sandbox.Placed) *session.PackagesInfo {
 	if req.Empty() {
 		return nil
 	}
-	return &PackagesInfo{Plan: plan, Layers: placed.Layers}
+	return &session.PackagesInfo{Plan: plan, Layers: append([]sandbox.LayerUse{}, placed.Layers...)}
 }
 
 func toResponse(res *sandbox.Result) ExecuteResponse {

@@ -279,7 +279,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (Info, error) {
 	now := time.Now()
 	s := &Session{id: newID("sb-"), opts: opts, created: now, sb: sb, lastActive: now, episodeID: newID("ep-"), display: disp}
 	if !opts.Packages.Empty() {
-		s.packages = &PackagesInfo{Plan: opts.plan, Layers: placed.Layers}
+		s.packages = &PackagesInfo{Plan: opts.plan, Layers: append([]sandbox.LayerUse{}, placed.Layers...)}
 	}
 	m.mu.Lock()
 	m.sessions[s.id] = s
@@ -511,7 +511,7 @@ func (m *Manager) reset(ctx context.Context, s *Session, episodeID string, pkgs 
 	s.mu.Lock()
 	if pkgs != nil {
 		s.opts = opts
-		s.packages = &PackagesInfo{Plan: opts.plan, Layers: placed.Layers}
+		s.packages = &PackagesInfo{Plan: opts.plan, Layers: append([]sandbox.LayerUse{}, placed.Layers...)}
 	}
 	s.episodes = episodes
 	if episodeID == "" {
