@@ -17,8 +17,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -177,11 +179,7 @@ func buildWheel(w Wheel) ([]byte, string, error) {
 	for k, v := range w.Files {
 		files[k] = v
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(files)) // archives come out the same every time
 	var record strings.Builder
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -212,11 +210,7 @@ func buildTarball(p NPMPackage) ([]byte, error) {
 	for k, v := range p.Files {
 		files[k] = v
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(files)) // archives come out the same every time
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
